@@ -1,0 +1,25 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Each creates or refreshes .venv from pyproject.toml before running.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pretrain_data.demo --output-dir demo_output
+
+test: $(STAMP)
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) demo_output
