@@ -1,0 +1,55 @@
+"""Raw text -> sharded ELECTRA pretraining TFRecords (input_ids, input_mask, segment_ids).
+
+Flags follow the original release's script; see README.md for the data format and packing.
+"""
+
+import argparse
+import sys
+
+from electra_tf.errors import InputError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--corpus-dir", required=True, help="directory of raw text files (searched recursively)")
+    parser.add_argument("--vocab-file", required=True, help="WordPiece vocab, one token per line")
+    parser.add_argument("--output-dir", required=True, help="where the TFRecords and stats.json go")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="tokens per example (8..512)")
+    parser.add_argument("--num-processes", type=int, default=1, help="parallel jobs, one core each")
+    parser.add_argument("--blanks-separate-docs", action=argparse.BooleanOptionalAction, default=True,
+                        help="blank lines end a document (lines format)")
+    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True)
+    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false")
+    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True)
+    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false")
+    parser.add_argument("--input-format", choices=("lines", "wikiextractor"), default="lines",
+                        help="lines: one sentence per line; wikiextractor: <doc> ... </doc> articles")
+    parser.add_argument("--split-sentences", action=argparse.BooleanOptionalAction, default=None,
+                        help="split lines into sentences (default: on for wikiextractor, off for lines)")
+    parser.add_argument("--num-out-files", type=int, default=None,
+                        help="training shards (default: one per ~4 MiB of text, at least --num-processes)")
+    parser.add_argument("--eval-fraction", type=float, default=0.0,
+                        help="share of documents held out into <output-dir>/eval/ for pretraining evaluation")
+    parser.add_argument("--seed", type=int, default=12345, help="seed of the packing randomness")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from pretrain_data.build import BuildOptions, build_pretraining_dataset
+    try:
+        stats = build_pretraining_dataset(BuildOptions(**vars(args)))
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    train = stats["train"]
+    print(f"wrote {train['examples']:,} examples ({train['tokens']:,} tokens) in {stats['num_out_files']} "
+          f"shards to {args.output_dir}; eval examples: {stats['eval']['examples']:,}; "
+          f"{stats['megabytes_per_second']:.2f} MB/s; statistics in stats.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

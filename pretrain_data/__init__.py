@@ -1,0 +1,1 @@
+"""Building and reading ELECTRA pretraining data: corpus -> packed TFRecords -> tf.data."""

@@ -1,0 +1,320 @@
+"""Raw text -> sharded pretraining TFRecords (what `build_pretraining_dataset.py` runs).
+
+Work is split by corpus file: job j (of `num_processes`) takes the files whose sorted index is
+j modulo the job count and owns the output shards whose index is j modulo the job count, as the
+original. Unlike the original, every corpus file gets its own random generator seeded from
+(`seed`, file name), so the examples a file yields do not depend on which job packs it: one
+process and several produce the same multiset of examples, and a given seed and job count give
+byte-identical shards.
+
+Everything is written into a temporary sibling directory that replaces `output_dir` only when
+the whole build succeeded; a failed or interrupted build leaves the previous output untouched.
+"""
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import multiprocessing
+import os
+import queue
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from electra_tf.errors import InputError
+from electra_tf.progress import Progress
+from pretrain_data import corpus as corpus_lib
+from pretrain_data.packing import ExampleBuilder, PackingStats
+from pretrain_data.records import EVAL_SUBDIR, serialize_example, shard_name
+from pretrain_data.sentences import split_sentences
+
+MIN_SEQ_LENGTH, MAX_SEQ_LENGTH = 8, 512
+BYTES_PER_SHARD = 4 << 20  # default sizing: about one output shard per 4 MiB of raw text
+MAX_DEFAULT_SHARDS = 1000  # the original's fixed count, now only the ceiling
+TOKENIZE_BATCH_LINES = 4096
+
+# (flat token ids, row splits) for a batch of lines: row i is flat[splits[i]:splits[i + 1]].
+TokenizeLines = Callable[[Sequence[str]], Tuple[Sequence[int], Sequence[int]]]
+
+
+@dataclasses.dataclass
+class BuildOptions:
+    """Every setting of a build; the CLI flags map onto these fields one to one."""
+
+    corpus_dir: str
+    vocab_file: str
+    output_dir: str
+    max_seq_length: int = 128
+    num_processes: int = 1
+    blanks_separate_docs: bool = True
+    do_lower_case: bool = True
+    do_strip_accents: bool = True
+    input_format: str = "lines"
+    split_sentences: Optional[bool] = None  # None: on for wikiextractor, off for lines
+    num_out_files: Optional[int] = None  # None: sized to the corpus
+    eval_fraction: float = 0.0
+    seed: int = 12345
+    overwrite: bool = False
+    quiet: bool = False
+
+    @property
+    def sentence_splitting(self) -> bool:
+        if self.split_sentences is None:
+            return self.input_format == "wikiextractor"
+        return self.split_sentences
+
+
+@dataclasses.dataclass
+class JobResult:
+    """What one job built: packing counters for train and eval, and corpus counters."""
+
+    train: PackingStats = dataclasses.field(default_factory=PackingStats)
+    eval: PackingStats = dataclasses.field(default_factory=PackingStats)
+    documents: int = 0
+    eval_documents: int = 0
+    lines: int = 0
+    lines_replaced: int = 0
+
+
+def default_num_out_files(total_bytes: int, num_processes: int) -> int:
+    """One shard per ~4 MiB of text, at least one per job, at most 1000."""
+    return max(num_processes, min(MAX_DEFAULT_SHARDS, math.ceil(total_bytes / BYTES_PER_SHARD)))
+
+
+def pack_file(corpus_file: corpus_lib.CorpusFile, options: BuildOptions, tokenize_lines: TokenizeLines,
+              cls_id: int, sep_id: int, write_train: Callable[[bytes], None],
+              write_eval: Callable[[bytes], None], result: JobResult) -> None:
+    """Reads, tokenizes and packs one corpus file, writing serialized examples as they are made."""
+    docs = corpus_lib.read_documents(
+        corpus_file.path, options.input_format, options.blanks_separate_docs,
+        split_sentences if options.sentence_splitting else None)
+    result.lines_replaced += docs.lines_replaced
+    lines = [line for document in docs.documents for line in document]
+    result.lines += len(lines)
+    flat: List[int] = []
+    splits = [0]
+    for start in range(0, len(lines), TOKENIZE_BATCH_LINES):
+        batch_flat, batch_splits = tokenize_lines(lines[start:start + TOKENIZE_BATCH_LINES])
+        offset = len(flat)
+        splits.extend(offset + s for s in _as_list(batch_splits)[1:])
+        flat.extend(_as_list(batch_flat))
+
+    seed = f"{options.seed}:{corpus_file.name}"
+    builders = {
+        "train": ExampleBuilder(options.max_seq_length, cls_id, sep_id, random.Random(seed)),
+        "eval": ExampleBuilder(options.max_seq_length, cls_id, sep_id, random.Random(seed + ":eval")),
+    }
+    writers = {"train": write_train, "eval": write_eval}
+    split_rng = random.Random(seed + ":split")
+    line_index = 0
+    for document in docs.documents:
+        held_out = options.eval_fraction > 0 and split_rng.random() < options.eval_fraction
+        split = "eval" if held_out else "train"
+        result.documents += 1
+        result.eval_documents += held_out
+        builder, write = builders[split], writers[split]
+        for _ in document:
+            example = builder.add_sentence(flat[splits[line_index]:splits[line_index + 1]])
+            line_index += 1
+            if example is not None:
+                write(serialize_example(example.input_ids, example.segment_ids, options.max_seq_length))
+        example = builder.end_document()
+        if example is not None:
+            write(serialize_example(example.input_ids, example.segment_ids, options.max_seq_length))
+    result.train.merge(builders["train"].stats)
+    result.eval.merge(builders["eval"].stats)
+
+
+def _as_list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+class _RoundRobinWriter:
+    """Writes records round-robin across a job's shards, as the original's ExampleWriter."""
+
+    def __init__(self, paths: List[Path]):
+        import tensorflow as tf
+        self._writers = [tf.io.TFRecordWriter(str(path)) for path in paths]
+        self._next = 0
+
+    def __call__(self, record: bytes) -> None:
+        self._writers[self._next].write(record)
+        self._next = (self._next + 1) % len(self._writers)
+
+    def close(self) -> None:
+        for writer in self._writers:
+            writer.close()
+
+
+_progress_queue = None
+
+
+def _init_worker(reports) -> None:
+    """Process-pool initializer: one TensorFlow thread per job, since jobs are the parallelism."""
+    global _progress_queue
+    _progress_queue = reports
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def run_job(job: int, files: List[corpus_lib.CorpusFile], options: BuildOptions, staging: str,
+            num_out_files: int, report: Optional[Callable[[int], None]] = None) -> JobResult:
+    """Builds job `job`'s share of the corpus into its own shards under `staging`."""
+    from electra_tf.tokenization import Tokenizer
+    report = report or (lambda n: _progress_queue.put(n))
+    tokenizer = Tokenizer(options.vocab_file, do_lower_case=options.do_lower_case,
+                          strip_accents=options.do_strip_accents)
+    count = options.num_processes
+    train = _RoundRobinWriter([Path(staging) / shard_name(i, num_out_files)
+                               for i in range(job, num_out_files, count)])
+    eval_writer = None
+    if options.eval_fraction > 0:
+        eval_writer = _RoundRobinWriter([Path(staging) / EVAL_SUBDIR / shard_name(job, count)])
+    result = JobResult()
+    try:
+        for corpus_file in files:
+            pack_file(corpus_file, options, tokenizer.tokenize_batch, tokenizer.cls_id, tokenizer.sep_id,
+                      train, eval_writer or _reject_eval, result)
+            report(corpus_file.size)
+    finally:
+        train.close()
+        if eval_writer:
+            eval_writer.close()
+    return result
+
+
+def _reject_eval(record: bytes) -> None:
+    raise AssertionError("eval example written with eval_fraction == 0")
+
+
+def validate(options: BuildOptions) -> List[corpus_lib.CorpusFile]:
+    """Checks every option before any work starts; returns the corpus files."""
+    if not MIN_SEQ_LENGTH <= options.max_seq_length <= MAX_SEQ_LENGTH:
+        raise InputError(f"--max-seq-length {options.max_seq_length}: must be in "
+                         f"[{MIN_SEQ_LENGTH}, {MAX_SEQ_LENGTH}]")
+    if options.num_processes < 1:
+        raise InputError(f"--num-processes {options.num_processes}: must be at least 1")
+    if not 0.0 <= options.eval_fraction < 1.0:
+        raise InputError(f"--eval-fraction {options.eval_fraction}: must be in [0, 1)")
+    if options.num_out_files is not None and options.num_out_files < options.num_processes:
+        raise InputError(f"--num-out-files {options.num_out_files}: must be at least --num-processes "
+                         f"({options.num_processes}), since each process writes its own shards")
+    if options.input_format not in corpus_lib.INPUT_FORMATS:
+        raise InputError(f"--input-format {options.input_format!r}: expected one of "
+                         f"{', '.join(corpus_lib.INPUT_FORMATS)}")
+    from electra_tf.tokenization import load_vocab
+    load_vocab(options.vocab_file)
+    output = Path(options.output_dir)
+    if output.exists() and not output.is_dir():
+        raise InputError(f"--output-dir {output}: exists and is not a directory")
+    if output.is_dir() and any(output.iterdir()) and not options.overwrite:
+        raise InputError(f"--output-dir {output}: exists and is not empty (pass --overwrite to replace it)")
+    return corpus_lib.list_corpus_files(options.corpus_dir)
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def _stats(options: BuildOptions, files, results: List[JobResult], num_out_files: int,
+           seconds: float) -> Dict:
+    train, evaluation, total = PackingStats(), PackingStats(), JobResult()
+    for result in results:
+        train.merge(result.train)
+        evaluation.merge(result.eval)
+        for name in ("documents", "eval_documents", "lines", "lines_replaced"):
+            setattr(total, name, getattr(total, name) + getattr(result, name))
+    megabytes = sum(f.size for f in files) / 1e6
+
+    def summary(stats: PackingStats) -> Dict:
+        return {"examples": stats.examples, "tokens": stats.tokens,
+                "single_segment_share": stats.single_segment / max(stats.examples, 1),
+                "single_segment_draw_share": stats.single_segment_draw / max(stats.examples, 1),
+                "short_example_share": stats.short_target / max(stats.examples, 1),
+                "discarded_tokens": stats.discarded_tokens}
+
+    return {
+        "max_seq_length": options.max_seq_length,
+        "vocab_file": str(options.vocab_file), "vocab_sha256": _sha256(options.vocab_file),
+        "do_lower_case": options.do_lower_case, "do_strip_accents": options.do_strip_accents,
+        "input_format": options.input_format, "sentence_splitting": options.sentence_splitting,
+        "seed": options.seed, "num_processes": options.num_processes,
+        "files": len(files), "megabytes": round(megabytes, 3), "lines": total.lines,
+        "invalid_utf8_lines_replaced": total.lines_replaced,
+        "documents": total.documents, "eval_documents": total.eval_documents,
+        "num_out_files": num_out_files,
+        "eval_num_out_files": options.num_processes if options.eval_fraction > 0 else 0,
+        "train": summary(train), "eval": summary(evaluation),
+        "seconds": round(seconds, 2), "megabytes_per_second": round(megabytes / max(seconds, 1e-9), 3),
+    }
+
+
+def build_pretraining_dataset(options: BuildOptions) -> Dict:
+    """Runs a whole build (see the module docstring); returns the statistics written to stats.json."""
+    files = validate(options)
+    total_bytes = sum(f.size for f in files)
+    num_out_files = options.num_out_files or default_num_out_files(total_bytes, options.num_processes)
+    output = Path(options.output_dir).resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = output.parent / f".{output.name}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / EVAL_SUBDIR if options.eval_fraction > 0 else staging).mkdir(parents=True)
+    jobs = [files[j::options.num_processes] for j in range(options.num_processes)]
+    progress = Progress(total_bytes / 1e6, "building pretraining data", unit=" MB",
+                        stream=io.StringIO() if options.quiet else None)
+    start = time.monotonic()
+    try:
+        results = _run_jobs(jobs, options, str(staging), num_out_files, progress)
+        stats = _stats(options, files, results, num_out_files, time.monotonic() - start)
+        if stats["train"]["examples"] == 0:
+            raise InputError(f"--corpus-dir {options.corpus_dir}: no usable text (0 examples built)")
+        (staging / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+        _replace_directory(staging, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    progress.finish()
+    return stats
+
+
+def _run_jobs(jobs, options: BuildOptions, staging: str, num_out_files: int,
+              progress: Progress) -> List[JobResult]:
+    done = 0
+
+    def advance(num_bytes: int) -> None:
+        nonlocal done
+        done += num_bytes
+        progress.update(done / 1e6)
+
+    if options.num_processes == 1:
+        return [run_job(0, jobs[0], options, staging, num_out_files, report=advance)]
+    context = multiprocessing.get_context("spawn")  # TensorFlow is not fork-safe
+    reports = context.Queue()
+    with concurrent.futures.ProcessPoolExecutor(len(jobs), mp_context=context, initializer=_init_worker,
+                                                initargs=(reports,)) as pool:
+        futures = [pool.submit(run_job, j, files, options, staging, num_out_files)
+                   for j, files in enumerate(jobs)]
+        while not all(f.done() for f in futures):
+            try:
+                advance(reports.get(timeout=0.5))
+            except queue.Empty:
+                pass
+        results = [f.result() for f in futures]
+    while not reports.empty():
+        advance(reports.get())
+    return results
+
+
+def _replace_directory(staging: Path, output: Path) -> None:
+    """Moves the finished build into place; an old output is removed only after the swap."""
+    retired = output.parent / f".{output.name}.old-{os.getpid()}"
+    if output.exists():
+        output.rename(retired)
+    staging.rename(output)
+    shutil.rmtree(retired, ignore_errors=True)

@@ -1,0 +1,88 @@
+"""tf.data reader of pretraining TFRecords, per replica under any tf.distribute strategy.
+
+Training: shuffle the file list, repeat, interleave the files, shuffle records, batch with
+drop_remainder (static shapes for XLA/TPU), parse the whole batch at once, prefetch. Evaluation:
+files in order, one pass, no shuffling. With an `InputContext` each input pipeline reads its own
+files (or, when there are fewer files than pipelines, its own records) and batches
+`global_batch_size / num_replicas` examples.
+
+`deterministic=True` seeds every shuffle and keeps interleave order, so two runs see the same
+batches in the same order (needed for reproducible and resumable training).
+"""
+
+from typing import List, Optional
+
+import tensorflow as tf
+
+from electra_tf.errors import InputError
+from pretrain_data.records import parse_examples, record_length
+
+DEFAULT_SHUFFLE_BUFFER = 10000  # the original's 100 barely mixes documents: neighbours share one
+
+
+def resolve_files(patterns: str) -> List[str]:
+    """Expands comma-separated globs into a sorted file list; an error names globs matching nothing."""
+    files = []
+    for pattern in (p.strip() for p in patterns.split(",")):
+        if not pattern:
+            continue
+        matched = tf.io.gfile.glob(pattern)
+        if not matched:
+            raise InputError(f"pretraining data: no TFRecord file matches {pattern!r}")
+        files.extend(matched)
+    if not files:
+        raise InputError(f"pretraining data: no file pattern given ({patterns!r})")
+    return sorted(set(files))
+
+
+def check_record_length(files: List[str], max_seq_length: int) -> None:
+    """Fails early, naming the file, when the records were built for another max_seq_length."""
+    for path in files:
+        length = record_length(path)
+        if length == -1:
+            continue  # an empty shard
+        if length != max_seq_length:
+            raise InputError(f"{path}: records hold {length} tokens but max_seq_length is {max_seq_length}; "
+                             "rebuild the data or set max_seq_length to match")
+        return
+
+
+def make_dataset(patterns: str, max_seq_length: int, global_batch_size: int, is_training: bool,
+                 input_context: Optional[tf.distribute.InputContext] = None, deterministic: bool = False,
+                 seed: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+                 cycle_length: int = 4) -> tf.data.Dataset:
+    """Batches of {input_ids, input_mask, segment_ids}: int32 [per_replica_batch, max_seq_length]."""
+    files = resolve_files(patterns)
+    check_record_length(files, max_seq_length)
+    batch_size = global_batch_size
+    num_pipelines, pipeline_id = 1, 0
+    if input_context is not None:
+        batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+        num_pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+    shard_files = num_pipelines > 1 and len(files) >= num_pipelines
+
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if shard_files:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed if deterministic else None,
+                                  reshuffle_each_iteration=True).repeat()
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(cycle_length, len(files)) if is_training else 1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic or not is_training)
+    if num_pipelines > 1 and not shard_files:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed if deterministic else None)
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.map(lambda records: parse_examples(records, max_seq_length),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    options = tf.data.Options()
+    options.deterministic = deterministic or not is_training
+    if input_context is not None:
+        # Sharding is done above; stop tf.distribute from sharding again.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+

@@ -1,0 +1,119 @@
+"""The packing rules of the original ExampleBuilder, driven by a scripted random generator."""
+
+import random
+
+import pytest
+
+from pretrain_data.packing import ExampleBuilder
+from pretrain_data.sentences import split_sentences
+
+CLS, SEP = 101, 102
+
+
+class ScriptedRandom(random.Random):
+    """random() returns the scripted values in order; randint returns the scripted integers."""
+
+    def __init__(self, uniforms, integers=()):
+        super().__init__(0)
+        self.uniforms = list(uniforms)
+        self.integers = list(integers)
+
+    def random(self):
+        return self.uniforms.pop(0)
+
+    def randint(self, a, b):
+        value = self.integers.pop(0)
+        assert a <= value <= b
+        return value
+
+
+def sentence(start, length):
+    return list(range(start, start + length))
+
+
+def test_two_segments_split_at_half_target():
+    # draws: single-segment? no (0.5); coin for sentence 2 -> second (0.9); short target? no (0.9)
+    builder = ExampleBuilder(16, CLS, SEP, ScriptedRandom([0.5, 0.9, 0.9]))
+    assert builder.add_sentence(sentence(1000, 4)) is None
+    assert builder.add_sentence(sentence(2000, 4)) is None
+    example = builder.add_sentence(sentence(3000, 8))  # 16 >= target 16
+    # first target (16-3)//2 = 6: sentence 1 opens the first segment; 4+4 = 8 does not fit, the
+    # second segment is empty and 4 < 6, so a coin decides: 0.9 >= 0.5 -> second segment.
+    assert example.input_ids[0] == CLS
+    assert example.first_length == 4
+    assert example.input_ids[1:5] == sentence(1000, 4)
+    assert example.input_ids[5] == SEP
+    assert example.input_ids[-1] == SEP
+    assert example.segment_ids == [0] * 6 + [1] * (len(example.input_ids) - 6)
+    # max 16: first 4, second cut to 16 - 4 - 3 = 9 of its 12 tokens
+    assert example.second_length == 9 and example.discarded == 3
+    assert len(example.input_ids) == 16
+
+
+def test_coin_flip_puts_second_sentence_into_first_segment():
+    # single? no (0.5); coin for sentence 2 (first=4 < 5, second empty): 0.2 < 0.5 -> first; short? no
+    builder = ExampleBuilder(16, CLS, SEP, ScriptedRandom([0.5, 0.2, 0.9]))
+    builder.add_sentence(sentence(1000, 4))
+    builder.add_sentence(sentence(2000, 4))
+    example = builder.add_sentence(sentence(3000, 8))
+    assert example.first_length == 8  # 4 + 4 (coin), then 8 >= target 6 -> second
+    assert example.second_length == 5  # 16 - 8 - 3
+    assert example.input_ids[1:9] == sentence(1000, 4) + sentence(2000, 4)
+
+
+def test_single_segment_draw_and_truncation():
+    # single segment (0.05 < 0.1); then short target (0.01 < 0.05) with randint -> 7
+    builder = ExampleBuilder(12, CLS, SEP, ScriptedRandom([0.05, 0.01], integers=[7]))
+    example = builder.add_sentence(sentence(1000, 30))
+    assert example.second_length == 0 and example.first_length == 10
+    assert example.input_ids == [CLS] + sentence(1000, 10) + [SEP]
+    assert example.discarded == 20 and not example.short_target
+    assert builder.target_length == 7
+    # the next example is built under the short target and counted as short
+    builder.rng.uniforms = [0.5, 0.9]
+    assert builder.add_sentence(sentence(2000, 3)) is None
+    short = builder.add_sentence(sentence(3000, 5))
+    assert short.short_target
+    # first target (7-3)//2 = 2 but the first segment takes the first sentence whatever its length
+    assert short.first_length == 3 and short.second_length == 5
+    assert builder.stats.examples == 2 and builder.stats.short_target == 1
+    assert builder.stats.single_segment == 1 and builder.stats.discarded_tokens == 20
+    assert builder.stats.single_segment_draw == 1 and example.single_segment_draw
+    assert not short.single_segment_draw
+
+
+def test_document_end_flushes_and_empty_flush_is_noop():
+    builder = ExampleBuilder(64, CLS, SEP, ScriptedRandom([0.5, 0.9]))
+    assert builder.end_document() is None
+    builder.add_sentence(sentence(1000, 5))
+    example = builder.end_document()
+    assert example.input_ids == [CLS] + sentence(1000, 5) + [SEP]
+    assert builder.end_document() is None
+
+
+def test_seeded_builders_are_reproducible():
+    def run(seed):
+        builder = ExampleBuilder(32, CLS, SEP, random.Random(seed))
+        rng = random.Random(99)
+        out = []
+        for i in range(500):
+            example = builder.add_sentence(sentence(i * 100, rng.randint(1, 20)))
+            if example:
+                out.append(example.input_ids)
+        return out
+
+    assert run("a") == run("a")
+    assert run("a") != run("b")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("It rained. Then it stopped.", ["It rained.", "Then it stopped."]),
+    ("Mr. Smith met J. R. R. Tolkien in the U.S. in 1950. He left.",
+     ["Mr. Smith met J. R. R. Tolkien in the U.S. in 1950.", "He left."]),
+    ('He said "Go!" Then he went. 3 days later (ok).',
+     ['He said "Go!"', "Then he went.", "3 days later (ok)."]),
+    ("no break here e.g. this one", ["no break here e.g. this one"]),
+    ("Born c. 1900. Died 1950.", ["Born c. 1900.", "Died 1950."]),
+])
+def test_sentence_splitter(text, expected):
+    assert split_sentences(text) == expected

@@ -1,0 +1,180 @@
+"""build_pretraining_dataset on real Wikipedia text: packing invariants, determinism, sharding, reading."""
+
+import collections
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.tokenization import load_vocab
+from pretrain_data.build import BuildOptions, build_pretraining_dataset
+from pretrain_data.input_pipeline import make_dataset
+from pretrain_data.records import FEATURE_NAMES, feature_spec
+
+MAX_LEN = 128
+NUM_FILES = 4  # ~4 MB of Wikipedia: about 6,000 examples
+
+
+@pytest.fixture(scope="module")
+def corpus_subset(corpus_dir, tmp_path_factory) -> Path:
+    """The first NUM_FILES WikiExtractor files, as symlinks in a fresh corpus directory."""
+    root = tmp_path_factory.mktemp("corpus")
+    for path in sorted(corpus_dir.iterdir())[:NUM_FILES]:
+        (root / path.name).symlink_to(path)
+    return root
+
+
+def build(corpus, vocab, out, **overrides):
+    options = dict(corpus_dir=str(corpus), vocab_file=str(vocab), output_dir=str(out), max_seq_length=MAX_LEN,
+                   input_format="wikiextractor", quiet=True)
+    options.update(overrides)
+    return build_pretraining_dataset(BuildOptions(**options))
+
+
+def read_records(pattern) -> dict:
+    """Every record of the matching files, parsed with the original's FixedLenFeature spec."""
+    files = sorted(tf.io.gfile.glob(pattern))
+    dataset = tf.data.TFRecordDataset(files).batch(4096).map(
+        lambda r: tf.io.parse_example(r, feature_spec(MAX_LEN)))
+    parts = collections.defaultdict(list)
+    for batch in dataset:
+        for name in FEATURE_NAMES:
+            parts[name].append(batch[name].numpy())
+    return {name: np.concatenate(parts[name]) for name in FEATURE_NAMES}
+
+
+@pytest.fixture(scope="module")
+def built(corpus_subset, vocab_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("build") / "single"
+    stats = build(corpus_subset, vocab_file, out)
+    return out, stats, read_records(str(out / "pretrain_data.tfrecord*"))
+
+
+def test_packing_invariants(built, vocab_file):
+    out, stats, records = built
+    vocab = load_vocab(vocab_file)
+    cls_id, sep_id, mask_id = vocab.index("[CLS]"), vocab.index("[SEP]"), vocab.index("[MASK]")
+    ids, mask, segments = records["input_ids"], records["input_mask"], records["segment_ids"]
+    assert ids.shape[0] >= 5000 and ids.shape[1] == MAX_LEN
+    assert ids.shape[0] == stats["train"]["examples"]
+    lengths = mask.sum(axis=1)
+    assert int(lengths.sum()) == stats["train"]["tokens"]
+    single = 0
+    for row_ids, row_mask, row_segments, length in zip(ids, mask, segments, lengths):
+        assert list(row_mask) == [1] * length + [0] * (MAX_LEN - length)
+        assert not row_ids[length:].any() and not row_segments[length:].any()
+        assert row_ids[0] == cls_id and row_ids[length - 1] == sep_id
+        seps = np.flatnonzero(row_ids[:length] == sep_id)
+        assert len(seps) in (1, 2) and mask_id not in row_ids and 0 not in row_ids[:length]
+        first_sep = seps[0]
+        assert first_sep >= 2  # a segment is never empty
+        assert not row_segments[:first_sep + 1].any()
+        assert row_segments[first_sep + 1:length].all()
+        single += len(seps) == 1
+    assert single / len(ids) == pytest.approx(stats["train"]["single_segment_share"])
+    # The 10 % single-segment draw; on top of it the original's rules leave B empty at document
+    # ends, after a first sentence that fills the example, and under short targets (~3 % here).
+    assert 0.08 <= stats["train"]["single_segment_draw_share"] <= 0.12
+    excess = stats["train"]["single_segment_share"] - stats["train"]["single_segment_draw_share"]
+    assert 0.0 < excess < 0.06
+    assert 0.035 <= stats["train"]["short_example_share"] <= 0.065
+    assert stats["documents"] > 100 and stats["invalid_utf8_lines_replaced"] == 0
+    # most examples fill the length: packing, not one sentence per example
+    assert np.mean(lengths == MAX_LEN) > 0.7
+    assert json.loads((out / "stats.json").read_text()) == stats
+
+
+def test_same_seed_gives_byte_identical_shards(built, corpus_subset, vocab_file, tmp_path):
+    out, stats, _ = built
+    again = tmp_path / "again"
+    build(corpus_subset, vocab_file, again)
+    names = sorted(p.name for p in out.glob("pretrain_data.tfrecord*"))
+    assert names == sorted(p.name for p in again.glob("pretrain_data.tfrecord*"))
+    for name in names:
+        assert (out / name).read_bytes() == (again / name).read_bytes()
+    other = tmp_path / "other_seed"
+    build(corpus_subset, vocab_file, other, seed=7)
+    assert (out / names[0]).read_bytes() != (other / names[0]).read_bytes()
+
+
+def test_two_processes_give_the_same_examples(built, corpus_subset, vocab_file, tmp_path):
+    _, stats, records = built
+    out = tmp_path / "multi"
+    multi_stats = build(corpus_subset, vocab_file, out, num_processes=2, num_out_files=4)
+    assert len(list(out.glob("pretrain_data.tfrecord-*-of-4"))) == 4
+    multi = read_records(str(out / "pretrain_data.tfrecord*"))
+
+    def multiset(r):
+        return collections.Counter(map(bytes, np.concatenate([r[n] for n in FEATURE_NAMES], axis=1)))
+
+    assert multiset(multi) == multiset(records)
+    assert multi_stats["train"] == stats["train"]
+
+
+def test_eval_fraction_holds_out_whole_documents(corpus_subset, vocab_file, tmp_path):
+    out = tmp_path / "with_eval"
+    stats = build(corpus_subset, vocab_file, out, eval_fraction=0.1)
+    assert (out / "eval" / "pretrain_data.tfrecord-0-of-1").exists()
+    eval_records = read_records(str(out / "eval" / "pretrain_data.tfrecord*"))
+    train_records = read_records(str(out / "pretrain_data.tfrecord*"))
+    assert len(eval_records["input_ids"]) == stats["eval"]["examples"] > 0
+    assert 0.03 < stats["eval_documents"] / stats["documents"] < 0.2
+    train_rows = set(map(bytes, train_records["input_ids"]))
+    assert not any(bytes(row) in train_rows for row in eval_records["input_ids"])
+
+
+def test_reader_round_trip_and_sharding(built):
+    out, stats, records = built
+    pattern = str(out / "pretrain_data.tfrecord*")
+    batch = 64
+    dataset = make_dataset(pattern, MAX_LEN, batch, is_training=False)
+    seen = [b["input_ids"].numpy() for b in dataset]
+    assert all(s.dtype == np.int32 and s.shape == (batch, MAX_LEN) for s in seen)
+    expected = records["input_ids"][:len(seen) * batch]  # drop_remainder
+    np.testing.assert_array_equal(np.concatenate(seen), expected)
+
+    # two input pipelines (replicas/workers) split the records between them, each half the global batch
+    contexts = [tf.distribute.InputContext(2, i, 2) for i in range(2)]
+    halves = [next(iter(make_dataset(pattern, MAX_LEN, batch, False, ctx)))["input_ids"].numpy()
+              for ctx in contexts]
+    assert halves[0].shape == (batch // 2, MAX_LEN)
+    assert not set(map(bytes, halves[0])) & set(map(bytes, halves[1]))
+
+    # training mode shuffles but a deterministic run repeats itself exactly
+    def first_batches(seed):
+        ds = make_dataset(pattern, MAX_LEN, batch, True, deterministic=True, seed=seed, shuffle_buffer=500)
+        return np.concatenate([b["input_ids"].numpy() for b in ds.take(3)])
+
+    np.testing.assert_array_equal(first_batches(1), first_batches(1))
+    assert not np.array_equal(first_batches(1), first_batches(2))
+
+
+def test_reads_records_written_in_the_original_schema(tmp_path):
+    """A tf.train.Example written by hand exactly as the original's ExampleWriter does."""
+    path = tmp_path / "pretrain_data.tfrecord-0-of-1"
+    ids = [101, 2023, 2003, 102, 2178, 102] + [0] * (MAX_LEN - 6)
+    feature = {
+        "input_ids": ids,
+        "input_mask": [1] * 6 + [0] * (MAX_LEN - 6),
+        "segment_ids": [0, 0, 0, 0, 1, 1] + [0] * (MAX_LEN - 6),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature={
+        k: tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for k, v in feature.items()}))
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for _ in range(4):
+            writer.write(example.SerializeToString())
+    batch = next(iter(make_dataset(str(path), MAX_LEN, 4, is_training=False)))
+    for name, values in feature.items():
+        np.testing.assert_array_equal(batch[name].numpy(), np.array([values] * 4, np.int32))
+
+
+def test_reader_errors(built, tmp_path):
+    from electra_tf.errors import InputError
+    out, _, _ = built
+    with pytest.raises(InputError, match="no TFRecord file matches"):
+        make_dataset(str(tmp_path / "nothing*"), MAX_LEN, 8, True)
+    with pytest.raises(InputError, match="records hold 128 tokens but max_seq_length is 256"):
+        make_dataset(str(out / "pretrain_data.tfrecord*"), 256, 8, True)
