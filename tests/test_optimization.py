@@ -1,0 +1,370 @@
+"""Optimisation against the original's numbers: LR schedule, AdamWeightDecay vs a NumPy reference,
+layer-wise LR multipliers, tf.distribute and mixed precision, LAMB."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from official.modeling.optimization import lamb
+
+from electra_tf import layerwise_decay
+from electra_tf.errors import InputError
+from electra_tf.optimization import (
+    AdamWeightDecay,
+    PolynomialDecayWithWarmup,
+    create_optimizer,
+    sum_duplicate_indices,
+)
+
+# ----------------------------------------------------------------------------- LR schedule
+
+
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        (0, 0.0),
+        (5_000, 5e-4 * (1 - 0.005) * 0.5),  # mid-warmup: decay already running
+        (10_000, 5e-4 * 0.99),  # warmup end
+        (500_000, 2.5e-4),  # mid-decay
+        (1_000_000, 0.0),  # end
+        (1_200_000, 0.0),  # past the end: no cycling
+    ],
+)
+def test_pretraining_schedule_values(step, expected):
+    schedule = PolynomialDecayWithWarmup(5e-4, decay_steps=1_000_000, warmup_steps=10_000)
+    assert float(schedule(step)) == pytest.approx(expected, rel=1e-6, abs=1e-12)
+
+
+def test_schedule_power_and_no_warmup():
+    schedule = PolynomialDecayWithWarmup(1e-4, decay_steps=1000, warmup_steps=0, power=0.5)
+    assert float(schedule(0)) == pytest.approx(1e-4)
+    assert float(schedule(750)) == pytest.approx(1e-4 * 0.25**0.5, rel=1e-6)
+
+
+def test_create_optimizer_warmup_is_max_of_proportion_and_steps():
+    by_proportion = create_optimizer(1e-4, 1000, warmup_steps=50, warmup_proportion=0.1)
+    by_steps = create_optimizer(1e-4, 1000, warmup_steps=300, warmup_proportion=0.1)
+    assert by_proportion.learning_rate.warmup_steps == 100
+    assert by_steps.learning_rate.warmup_steps == 300
+    # step 50 of a 100-step warmup on a 1000-step linear decay
+    assert float(by_proportion.learning_rate(50)) == pytest.approx(1e-4 * 0.95 * 0.5, rel=1e-6)
+
+
+def test_schedule_and_optimizer_config_round_trip():
+    schedule = PolynomialDecayWithWarmup(3e-4, 2000, warmup_steps=200, power=2.0)
+    restored = tf_keras.optimizers.schedules.deserialize(
+        tf_keras.optimizers.schedules.serialize(schedule)
+    )
+    assert isinstance(restored, PolynomialDecayWithWarmup)
+    assert restored.get_config() == schedule.get_config()
+
+    opt = create_optimizer(3e-4, 2000, 0.01, warmup_steps=200, layerwise_lr_decay_power=0.8,
+                           n_transformer_layers=12)
+    clone = AdamWeightDecay.from_config(opt.get_config())
+    assert clone.get_config() == opt.get_config()
+    assert clone.global_clipnorm == 1.0
+    assert float(clone.learning_rate(1000)) == pytest.approx(3e-4 * 0.5)  # power 1, past warmup
+
+
+# ------------------------------------------------------------- AdamWeightDecay vs NumPy
+
+N_LAYERS = 2
+# name -> (shape, decayed?, layer-wise multiplier for 2 layers and decay 0.8 (original rule))
+VARIABLES = {
+    "electra/embeddings/word_embeddings": ((6, 4), True, 0.8**4),  # sparse gradient (gather)
+    "electra/embeddings/LayerNorm/gamma": ((4,), False, 0.8**4),
+    "electra/encoder/layer_1/attention/self/query/kernel": ((4, 4), True, 0.8**2),
+    "electra/encoder/layer_1/attention/self/query/bias": ((4,), False, 0.8**2),
+    "task_specific/cola/dense/kernel": ((4, 2), True, 1.0),
+}
+EMBEDDING = "electra/embeddings/word_embeddings"
+TOKEN_IDS = np.array([0, 2, 2, 5])  # row 2 twice: duplicate sparse indices are summed
+LR, TRAIN_STEPS, WARMUP, WD, STEPS = 0.05, 10, 3, 0.1, 6
+
+
+def _problem(seed=0):
+    """Initial values and loss coefficients: loss = sum(A * w) + 0.5 * sum(B * w**2) per variable
+    (the embedding's terms only on the looked-up rows), so the gradient is known in closed form."""
+    rng = np.random.default_rng(seed)
+    init = {n: rng.normal(size=s).astype(np.float32) for n, (s, _, _) in VARIABLES.items()}
+    a = {n: rng.normal(size=s).astype(np.float32) for n, (s, _, _) in VARIABLES.items()}
+    b = {n: rng.uniform(0.5, 1.5, size=s).astype(np.float32) for n, (s, _, _) in VARIABLES.items()}
+    a[EMBEDDING] = rng.normal(size=(len(TOKEN_IDS), 4)).astype(np.float32)
+    b[EMBEDDING] = rng.uniform(0.5, 1.5, size=(len(TOKEN_IDS), 4)).astype(np.float32)
+    return init, a, b
+
+
+def _tf_loss(variables, a, b):
+    loss = 0.0
+    for name, var in variables.items():
+        w = tf.gather(var, TOKEN_IDS) if name == EMBEDDING else var
+        loss += tf.reduce_sum(a[name] * w) + 0.5 * tf.reduce_sum(b[name] * w**2)
+    return loss
+
+
+def _np_grads(params, a, b):
+    grads = {}
+    for name, w in params.items():
+        if name == EMBEDDING:
+            grads[name] = np.zeros_like(w)
+            np.add.at(grads[name], TOKEN_IDS, a[name] + b[name] * w[TOKEN_IDS])
+        else:
+            grads[name] = a[name] + b[name] * w
+    return grads
+
+
+def _np_lr(step):
+    return LR * (1 - min(step, TRAIN_STEPS) / TRAIN_STEPS) * min(1.0, step / WARMUP)
+
+
+def _reference(init, a, b, clip_norm, multipliers):
+    """The original AdamWeightDecayOptimizer in float64 NumPy, after global-norm clipping."""
+    params = {n: v.astype(np.float64) for n, v in init.items()}
+    m = {n: np.zeros_like(v) for n, v in params.items()}
+    v = {n: np.zeros_like(p) for n, p in params.items()}
+    norms = []
+    for step in range(STEPS):
+        grads = _np_grads(params, a, b)
+        norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
+        norms.append(norm)
+        if clip_norm is not None:
+            grads = {n: g * clip_norm / max(norm, clip_norm) for n, g in grads.items()}
+        for name, g in grads.items():
+            m[name] = 0.9 * m[name] + 0.1 * g
+            v[name] = 0.999 * v[name] + 0.001 * g**2
+            update = m[name] / (np.sqrt(v[name]) + 1e-6)
+            if VARIABLES[name][1]:
+                update += WD * params[name]
+            params[name] = params[name] - _np_lr(step) * multipliers[name] * update
+    return params, m, v, norms
+
+
+def _run_tf(init, a, b, clip_norm, layerwise, strategy=None):
+    """STEPS training steps with create_optimizer, inside `strategy` when given."""
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        variables = {n: tf.Variable(init[n], name=n) for n in VARIABLES}
+        opt = create_optimizer(
+            LR, TRAIN_STEPS, WD, warmup_steps=WARMUP, clip_norm=clip_norm,
+            layerwise_lr_decay_power=0.8 if layerwise else -1.0, n_transformer_layers=N_LAYERS,
+        )
+
+    def replica_step():
+        with tf.GradientTape() as tape:
+            loss = _tf_loss(variables, a, b)
+        grads = tape.gradient(loss, list(variables.values()))
+        opt.apply_gradients(zip(grads, variables.values()))
+
+    step_fn = tf.function(lambda: strategy.run(replica_step))
+    snapshots = []
+    for _ in range(STEPS):
+        step_fn()
+        snapshots.append({n: v.numpy() for n, v in variables.items()})
+    return variables, opt, snapshots
+
+
+@pytest.mark.parametrize("clip_norm", [None, 1.0])
+@pytest.mark.parametrize("layerwise", [False, True])
+def test_adamw_matches_numpy_reference(clip_norm, layerwise):
+    init, a, b = _problem()
+    multipliers = (
+        {n: spec[2] for n, spec in VARIABLES.items()} if layerwise
+        else dict.fromkeys(VARIABLES, 1.0)
+    )
+    expected, m_ref, v_ref, norms = _reference(init, a, b, clip_norm, multipliers)
+    variables, opt, snapshots = _run_tf(init, a, b, clip_norm, layerwise)
+
+    assert min(norms) > 1.0  # so clipping to 1.0 is active in the clipped case
+    for name in VARIABLES:
+        np.testing.assert_array_equal(snapshots[0][name], init[name])  # step 0 has lr 0
+        np.testing.assert_allclose(variables[name].numpy(), expected[name], rtol=0, atol=1e-6)
+        m, v = opt.adam_moments(variables[name])
+        assert (m.name, v.name) == (f"{name}/adam_m:0", f"{name}/adam_v:0")
+        np.testing.assert_allclose(m.numpy(), m_ref[name], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(v.numpy(), v_ref[name], rtol=1e-5, atol=1e-9)
+    assert int(opt.iterations) == STEPS
+
+
+def test_weight_decay_exclusions():
+    opt = AdamWeightDecay(weight_decay_rate=0.01)
+    decayed = {
+        "electra/embeddings/word_embeddings:0": True,
+        "electra/encoder/layer_0/output/dense/kernel:0": True,
+        "electra/embeddings/LayerNorm/gamma:0": False,
+        "electra/encoder/layer_0/output/dense/bias:0": False,
+        "generator_predictions/output_bias:0": False,
+        "some/layer_norm/beta:0": False,
+    }
+    assert {n: opt.uses_weight_decay(n) for n in decayed} == decayed
+    assert not AdamWeightDecay(weight_decay_rate=0.0).uses_weight_decay("x/kernel:0")
+
+
+# --------------------------------------------------------------- layer-wise multipliers
+
+
+def _encoder_names(n_layers):
+    return [
+        "electra/embeddings/word_embeddings:0",
+        "electra/embeddings/LayerNorm/beta:0",
+        "electra/embeddings_project/kernel:0",
+        *[f"electra/encoder/layer_{i}/attention/self/query/kernel:0" for i in range(n_layers)],
+        "task_specific/cola/dense/kernel:0",
+    ]
+
+
+def test_layerwise_multipliers_original_12_layers():
+    table = layerwise_decay.lr_multiplier_table(_encoder_names(12), 12, 0.8)
+    assert "electra/embeddings/word_embeddings" in table  # ':0' stripped
+    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.8**14)
+    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.044, abs=5e-4)
+    assert table["electra/embeddings/LayerNorm/beta"] == pytest.approx(0.8**14)
+    assert table["electra/embeddings_project/kernel"] == pytest.approx(0.8**14)
+    assert table["electra/encoder/layer_0/attention/self/query/kernel"] == pytest.approx(0.8**13)
+    assert table["electra/encoder/layer_11/attention/self/query/kernel"] == pytest.approx(0.8**2)
+    assert table["task_specific/cola/dense/kernel"] == 1.0
+
+
+def test_layerwise_multipliers_original_24_layers():
+    table = layerwise_decay.lr_multiplier_table(_encoder_names(24), 24, 0.9)
+    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.9**26)
+    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.065, abs=5e-4)
+    assert table["electra/encoder/layer_1/attention/self/query/kernel"] == pytest.approx(0.9**24)
+    assert table["electra/encoder/layer_23/attention/self/query/kernel"] == pytest.approx(0.81)
+    assert table["task_specific/cola/dense/kernel"] == 1.0
+
+
+def test_layerwise_multipliers_fixed():
+    table = layerwise_decay.lr_multiplier_table(_encoder_names(12), 12, 0.8, fixed=True)
+    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.8**13)
+    assert table["electra/encoder/layer_0/attention/self/query/kernel"] == pytest.approx(0.8**12)
+    assert table["electra/encoder/layer_11/attention/self/query/kernel"] == pytest.approx(0.8)
+    assert table["task_specific/cola/dense/kernel"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "discriminator_predictions/dense/kernel:0",  # a pre-training head: no key
+        "electra/encoder/layer_12/output/dense/kernel:0",  # beyond n_layers
+    ],
+)
+def test_layerwise_unknown_variable_is_an_error_naming_it(name):
+    with pytest.raises(ValueError, match=name.split(":")[0]):
+        layerwise_decay.lr_multiplier_table([name], 12, 0.8)
+
+
+def test_optimizer_uses_the_layerwise_table():
+    opt = create_optimizer(1e-4, 100, layerwise_lr_decay_power=0.8, n_transformer_layers=12,
+                           fixed_layerwise_decay=True)
+    assert opt.lr_multiplier("electra/encoder/layer_11/output/dense/kernel:0") == pytest.approx(0.8)
+    assert create_optimizer(1e-4, 100).lr_multiplier("anything/at/all:0") == 1.0
+
+
+# ------------------------------------------------------- distribution and mixed precision
+
+
+def test_mirrored_strategy_matches_reference():
+    init, a, b = _problem(seed=1)
+    strategy = tf.distribute.MirroredStrategy()
+    variables, _, _ = _run_tf(init, a, b, 1.0, True, strategy=strategy)
+    multipliers = {n: spec[2] for n, spec in VARIABLES.items()}
+    expected, _, _, _ = _reference(init, a, b, 1.0, multipliers)
+    for name in VARIABLES:
+        np.testing.assert_allclose(variables[name].numpy(), expected[name], rtol=0, atol=1e-6)
+
+
+def _train_small_model(policy, steps=4):
+    """A tiny 2-layer Dense model trained with create_optimizer (+ LossScaleOptimizer when fp16)."""
+    tf_keras.mixed_precision.set_global_policy(policy)
+    try:
+        rng = np.random.default_rng(3)
+        x = rng.normal(size=(16, 8)).astype(np.float32)
+        y = rng.normal(size=(16, 1)).astype(np.float32) * 3.0  # gradient norm > 1: clipping active
+        model = tf_keras.Sequential(
+            [tf_keras.layers.Dense(8, activation="tanh", name="hidden"),
+             tf_keras.layers.Dense(1, name="out")]
+        )
+        model.build((None, 8))
+        init = [rng.normal(size=w.shape).astype(np.float32) * 0.3 for w in model.get_weights()]
+        model.set_weights(init)
+        opt = create_optimizer(0.01, 20, 0.01, warmup_steps=2)
+        if policy == "mixed_float16":
+            opt = tf_keras.mixed_precision.LossScaleOptimizer(opt)
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                pred = tf.cast(model(x), tf.float32)
+                loss = tf.reduce_mean((pred - y) ** 2)
+                if policy == "mixed_float16":
+                    loss = opt.get_scaled_loss(loss)
+            grads = tape.gradient(loss, model.trainable_variables)
+            if policy == "mixed_float16":
+                grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+
+        for _ in range(steps):
+            step()
+        return init, [w.numpy() for w in model.trainable_variables], opt
+    finally:
+        tf_keras.mixed_precision.set_global_policy("float32")
+
+
+def test_loss_scale_optimizer_mixed_float16_matches_fp32():
+    init, fp32_weights, _ = _train_small_model("float32")
+    _, fp16_weights, lso = _train_small_model("mixed_float16")
+    assert isinstance(lso.inner_optimizer, AdamWeightDecay)
+    assert int(lso.inner_optimizer.iterations) == 4
+    assert float(lso.loss_scale) == 2.0**15  # the loss was scaled and no step was skipped
+    for w0, w32, w16 in zip(init, fp32_weights, fp16_weights):
+        assert np.abs(w32 - w0).max() > 0.05  # the steps moved the weights by far more than atol
+        np.testing.assert_allclose(w16, w32, rtol=0, atol=5e-3)
+
+
+# ------------------------------------------------------------------------ LAMB and errors
+
+
+def test_lamb_reduces_a_quadratic():
+    target = tf.constant(np.random.default_rng(4).normal(size=(3, 4)), tf.float32)
+    w = tf.Variable(tf.zeros((3, 4)), name="w/kernel")
+    opt = create_optimizer(0.1, 100, 0.01, optimizer="lamb")
+    assert isinstance(opt, lamb.LAMB)
+
+    def loss():
+        return tf.reduce_sum((w - target) ** 2)
+
+    losses = [float(loss())]
+    for _ in range(5):
+        with tf.GradientTape() as tape:
+            value = loss()
+        opt.apply_gradients([(tape.gradient(value, w), w)])
+        losses.append(float(loss()))
+    assert all(later < earlier for earlier, later in zip(losses, losses[1:]))
+    assert losses[-1] < 0.85 * losses[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"optimizer": "sgd"}, "optimizer"),
+        ({"num_train_steps": 0}, "num_train_steps"),
+        ({"layerwise_lr_decay_power": 0.8}, "n_transformer_layers"),
+        ({"layerwise_lr_decay_power": 0.8, "n_transformer_layers": 12, "optimizer": "lamb"},
+         "layerwise_lr_decay_power"),
+    ],
+)
+def test_create_optimizer_bad_arguments(kwargs, field):
+    arguments = {"learning_rate": 1e-4, "num_train_steps": 100, **kwargs}
+    with pytest.raises(InputError, match=field):
+        create_optimizer(**arguments)
+
+
+def test_global_norm_counts_a_repeated_token_once():
+    table = tf.Variable(tf.ones((4, 2)), name="electra/embeddings/word_embeddings")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.gather(table, [1, 1, 3]))  # dense gradient rows: 0, 2, 0, 1
+    grad = tape.gradient(loss, table)
+    assert isinstance(grad, tf.IndexedSlices)
+    (summed, _), = sum_duplicate_indices([(grad, table)])
+    assert float(tf.linalg.global_norm([summed])) == pytest.approx(np.sqrt(4 * 2 + 1 * 2))
+    assert float(tf.linalg.global_norm([grad])) == pytest.approx(np.sqrt(3 * 2))  # as given
