@@ -1,0 +1,193 @@
+"""The transformer encoder (the original's `BertModel`): embeddings → projection → post-LN BERT blocks.
+
+Written here rather than configuring Model Garden's `TransformerEncoderBlock`, so that every variable
+carries the original's name and shape 1:1 (Q/K/V kernels [H, H], not EinsumDense [H, heads, H/heads])
+and Q/K/V still run as one fused [H, 3H] matmul.
+
+Inside the blocks the hidden states are kept as a `[B*L, H]` matrix (as the original does), so each
+dense layer is one plain matmul.
+
+Variable names, relative to the encoder's scope (`electra` or `generator`):
+    embeddings/...                                   (only the encoder that owns the embedding block)
+    embeddings_project/{kernel [E,H], bias [H]}      (only when E != H; glorot init, no activation)
+    encoder/layer_<i>/attention/self/{query,key,value}/{kernel [H,H], bias [H]}
+    encoder/layer_<i>/attention/output/dense/{kernel [H,H], bias [H]}
+    encoder/layer_<i>/attention/output/LayerNorm/{gamma,beta}
+    encoder/layer_<i>/intermediate/dense/{kernel [H,F], bias [F]}
+    encoder/layer_<i>/output/dense/{kernel [F,H], bias [H]}
+    encoder/layer_<i>/output/LayerNorm/{gamma,beta}
+"""
+
+import math
+from typing import List, Optional, Union
+
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.embeddings import Embeddings
+from electra_tf.modeling.layer_utils import build_in_scope, get_activation, layer_norm, truncated_normal
+
+# Added to the attention scores of padding positions, as the original (not -inf: softmax stays finite).
+MASK_ADDER = -10000.0
+
+
+def attention_bias(input_mask: tf.Tensor) -> tf.Tensor:
+    """input_mask int/float [B, L] (1 = token, 0 = padding) → additive float32 bias [B, 1, 1, L]."""
+    mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+    return (1.0 - mask) * MASK_ADDER
+
+
+class SelfAttention(tf_keras.layers.Layer):
+    """Multi-head scaled dot-product self-attention (scope `attention/self`).
+
+    Variables `{query,key,value}/{kernel [H,H], bias [H]}`, exactly the original's (three Dense
+    layers); they are concatenated on the fly into one [H, 3H] projection (one matmul, not three).
+    """
+
+    def __init__(self, config: BertConfig, name: str = "self", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        # Never called: they hold the variables, and `call` runs the three as one matmul.
+        self.query, self.key, self.value = (
+            tf_keras.layers.Dense(config.hidden_size, kernel_initializer=truncated_normal(config.initializer_range),
+                                  name=name)
+            for name in ("query", "key", "value"))
+        self.dropout = tf_keras.layers.Dropout(config.attention_probs_dropout_prob)
+
+    def build(self, input_shape=None):
+        for projection in (self.query, self.key, self.value):
+            build_in_scope(projection, [None, self.config.hidden_size])
+        super().build(input_shape)
+
+    def call(self, x, mask_bias, training=False):
+        """x: [B*L, H] (compute dtype); mask_bias: float32 [B, 1, 1, L] (`attention_bias`). Returns [B*L, H]."""
+        batch, seq_length = tf.shape(mask_bias)[0], tf.shape(mask_bias)[3]
+        kernel = tf.concat([self.query.kernel, self.key.kernel, self.value.kernel], axis=1)  # [H, 3H]
+        qkv_bias = tf.concat([self.query.bias, self.key.bias, self.value.bias], axis=0)  # [3H]
+        qkv = tf.nn.bias_add(tf.matmul(x, kernel), qkv_bias)  # [B*L, 3H]
+        qkv = tf.reshape(qkv, [batch, seq_length, 3, self.num_heads, self.head_size])
+        query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, L, head_size]
+        # Scaling the queries equals scaling the scores (the original) on B*L*H values, not B*heads*L*L.
+        query *= tf.cast(1.0 / math.sqrt(self.head_size), query.dtype)
+        scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
+        # Softmax in float32 whatever the compute dtype: the mask bias and exp are unsafe in half precision.
+        probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_bias)
+        probs = self.dropout(tf.cast(probs, x.dtype), training=training)
+        context = tf.matmul(probs, value)  # [B, heads, L, head_size]
+        context = tf.transpose(context, [0, 2, 1, 3])  # [B, L, heads, head_size]
+        return tf.reshape(context, [-1, self.config.hidden_size])
+
+
+class TransformerBlock(tf_keras.layers.Layer):
+    """One post-LN BERT layer (scope `encoder/layer_<i>`).
+
+    attention → attention/output/dense → dropout → LayerNorm(· + x)
+    → intermediate/dense (hidden_act) → output/dense → dropout → LayerNorm(· + ·).
+    """
+
+    def __init__(self, config: BertConfig, name: str, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        init = config.initializer_range
+
+        def dense(units, activation=None):
+            return tf_keras.layers.Dense(units, activation=activation, kernel_initializer=truncated_normal(init),
+                                         name="dense")
+
+        self.attention = SelfAttention(config)
+        self.attention_dense = dense(config.hidden_size)
+        self.attention_layer_norm = layer_norm()
+        self.intermediate_dense = dense(config.intermediate_size, get_activation(config.hidden_act))
+        self.output_dense = dense(config.hidden_size)
+        self.output_layer_norm = layer_norm()
+        self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+
+    def build(self, input_shape=None):
+        hidden = [None, self.config.hidden_size]
+        build_in_scope(self.attention, hidden, "attention")
+        build_in_scope(self.attention_dense, hidden, "attention", "output")
+        build_in_scope(self.attention_layer_norm, hidden, "attention", "output")
+        build_in_scope(self.intermediate_dense, hidden, "intermediate")
+        build_in_scope(self.output_dense, [None, self.config.intermediate_size], "output")
+        build_in_scope(self.output_layer_norm, hidden, "output")
+        super().build(input_shape)
+
+    def call(self, x, mask_bias, training=False):
+        """x: [B*L, H]; mask_bias: float32 [B, 1, 1, L]. Returns [B*L, H]."""
+        attended = self.attention_dense(self.attention(x, mask_bias, training=training))
+        x = self.attention_layer_norm(self.dropout(attended, training=training) + x)
+        out = self.dropout(self.output_dense(self.intermediate_dense(x)), training=training)
+        return self.output_layer_norm(out + x)
+
+
+class Encoder(tf_keras.layers.Layer):
+    """A whole encoder network: `electra` (discriminator / fine-tuning) or `generator`.
+
+    Pass `embeddings` to share another encoder's embedding block (generator and discriminator);
+    otherwise the encoder owns an `Embeddings` of width `config.embedding_size`. An
+    `embeddings_project` dense (E → H) is added when the embedding width differs from H.
+    There is no pooler: the `[CLS]` vector is `sequence_output[:, 0]`.
+    """
+
+    def __init__(self, config: BertConfig, embeddings: Optional[Embeddings] = None, name: str = "electra",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.owns_embeddings = embeddings is None
+        self.embeddings = Embeddings(config) if embeddings is None else embeddings
+        self.embeddings_project = None
+        if self.embeddings.embedding_size != config.hidden_size:
+            self.embeddings_project = tf_keras.layers.Dense(config.hidden_size, name="embeddings_project")
+        self.blocks = [TransformerBlock(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)]
+
+    def build(self, input_shape=None):
+        if self.owns_embeddings:
+            build_in_scope(self.embeddings, None)
+        elif not self.embeddings.built:
+            raise ValueError(f"encoder {self.name!r}: build the encoder that owns the shared embeddings first, "
+                             "so that their variables are named after it")
+        if self.embeddings_project is not None:
+            build_in_scope(self.embeddings_project, [None, self.embeddings.embedding_size])
+        for block in self.blocks:
+            build_in_scope(block, [None, self.config.hidden_size], "encoder")
+        super().build(input_shape)
+
+    def get_embedding_table(self) -> tf.Variable:
+        """The word-embedding table [V, E] (shared with the MLM output layer)."""
+        return self.embeddings.word_embeddings
+
+    def call(self, input_ids, input_mask=None, segment_ids=None, training=False,
+             return_all_layers=False) -> Union[tf.Tensor, List[tf.Tensor]]:
+        """input_ids, input_mask, segment_ids: int [B, L] (mask None = all tokens, segments None = all 0).
+
+        Returns sequence_output [B, L, H] (compute dtype), or with `return_all_layers` the list of
+        every block's output [B, L, H] (the last one is sequence_output).
+        """
+        if input_mask is None:
+            input_mask = tf.ones_like(input_ids)
+        embedded = self.embeddings(input_ids, segment_ids, training=training)  # [B, L, E]
+        out_shape = tf.concat([tf.shape(input_ids), [self.config.hidden_size]], axis=0)
+        x = tf.reshape(embedded, [-1, self.embeddings.embedding_size])  # [B*L, E]
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)  # [B*L, H]
+        mask_bias = attention_bias(input_mask)  # [B, 1, 1, L]
+        layer_outputs = []
+        for block in self.blocks:
+            x = block(x, mask_bias, training=training)
+            if return_all_layers:
+                layer_outputs.append(tf.reshape(x, out_shape))
+        return layer_outputs if return_all_layers else tf.reshape(x, out_shape)
+
+
+def build_encoder(config: BertConfig, embeddings: Optional[Embeddings] = None, name: str = "electra") -> Encoder:
+    """An `Encoder` with all variables created now, named `<name>/...`.
+
+    E.g. a fine-tuning model builds just the discriminator: `build_encoder(config)` → `electra/*`,
+    and adds its `task_specific/<task>/...` heads beside it.
+    """
+    encoder = Encoder(config, embeddings=embeddings, name=name)
+    build_in_scope(encoder, None)
+    return encoder
