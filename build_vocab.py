@@ -1,0 +1,56 @@
+"""Learn a BERT-format WordPiece vocab.txt from raw text, split into words exactly as ELECTRA's tokenizer does.
+
+Output: [PAD] (id 0), [UNK] [CLS] [SEP] [MASK], optional [unused0].., then every character of the
+corpus as `x` and `##x`, then the learned subwords. See pretrain_data/vocab_learning.py.
+"""
+
+import argparse
+import sys
+
+from electra_tf.errors import InputError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    corpus = parser.add_mutually_exclusive_group(required=True)
+    corpus.add_argument("--corpus-dir", help="directory of raw text files (searched recursively)")
+    corpus.add_argument("--corpus", nargs="+", help="raw text files and/or directories")
+    parser.add_argument("--output", required=True, help="vocab file to write, one token per line")
+    parser.add_argument("--vocab-size", type=int, default=30522,
+                        help="maximum number of tokens, reserved ones included (the result is within 5%% below)")
+    parser.add_argument("--input-format", choices=("lines", "wikiextractor"), default="lines",
+                        help="lines: plain text; wikiextractor: <doc> ... </doc> articles")
+    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True)
+    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false")
+    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True,
+                        help="drop accents (only when lower-casing, as the tokenizer)")
+    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false")
+    parser.add_argument("--num-unused", type=int, default=0, help="[unused0].. tokens reserved after [MASK]")
+    parser.add_argument("--max-unique-chars", type=int, default=1000,
+                        help="alphabet cap: rarer characters are left out and words holding them become [UNK]")
+    parser.add_argument("--max-lines", type=int, default=None, help="learn from the first N lines only")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from pretrain_data.vocab_learning import VocabOptions, build_vocab
+    options = vars(args)
+    corpus_dir = options.pop("corpus_dir")
+    options["corpus"] = [corpus_dir] if corpus_dir is not None else options["corpus"]
+    try:
+        summary = build_vocab(VocabOptions(**options))
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {summary['vocab_size']:,} tokens to {args.output} ({summary['alphabet_size']} of {summary['characters_seen']} characters, "
+          f"subword count threshold {summary['threshold']:,}) from {summary['words']:,} words "
+          f"({summary['distinct_words']:,} distinct); [UNK] share of the corpus words: "
+          f"{100 * summary['unk_rate']:.3f}%; {summary['seconds']:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
