@@ -21,6 +21,7 @@ unassigned. None occurs in the corpus or GLUE; tests/test_tokenization.py checks
 point that Unicode 14 assigns.
 """
 
+import types
 from pathlib import Path
 from typing import Sequence
 
@@ -90,17 +91,19 @@ class Tokenizer(tf.Module):
 
     def __init__(self, vocab_file, do_lower_case=True, strip_accents=True):
         super().__init__(name="tokenizer")
-        self.vocab = load_vocab(vocab_file)
+        # A tuple of strings and a read-only mapping: tf.Module would wrap a list or dict for
+        # checkpoint tracking element by element, which costs half a second for a 30k vocab.
+        self.vocab = tuple(load_vocab(vocab_file))
         self.vocab_size = len(self.vocab)
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = bool(strip_accents)  # only acts when lower-casing, as in the original
-        self._token_to_id = {token: i for i, token in enumerate(self.vocab)}
+        self._token_to_id = types.MappingProxyType({token: i for i, token in enumerate(self.vocab)})
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self._token_to_id[token] for token in SPECIAL_TOKENS
         )
         self._whitespace = tf_text.WhitespaceTokenizer()
         self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=_unique_vocab(self.vocab),
+            vocab=_unique_vocab(list(self.vocab)),
             suffix_indicator=SUFFIX_INDICATOR,
             max_bytes_per_word=4 * MAX_CHARS_PER_WORD,  # never binding: the char cap comes first
             token_out_type=tf.int32,

@@ -15,32 +15,39 @@ length, then become one example `[CLS] A [SEP] B [SEP]` padded with zeros:
 
 The random draws happen in the original's order with the same probabilities; the only
 difference is that the generator is an explicit `random.Random` (seeded per corpus file by the
-caller) instead of the unseeded module-level one, which makes builds reproducible.
+caller) instead of the unseeded module-level one, which makes builds reproducible. The decisions
+need only sentence lengths, so sentences are token spans and ids are copied once per example.
 """
 
 import dataclasses
 import random
-from typing import List, Optional, Sequence
+from typing import List, Optional, Tuple
+
+import numpy as np
 
 SINGLE_SEGMENT_PROB = 0.1
 SHORT_TARGET_PROB = 0.05
 MIN_SHORT_TARGET = 5
 
+Span = Tuple[int, int]  # [start, end) offsets of a sentence's tokens in the file's token array
+
 
 @dataclasses.dataclass
 class PackedExample:
-    """One example before padding: the id sequence and how it was made."""
+    """One example as spans of the token array: which tokens form segments A and B."""
 
-    input_ids: List[int]  # [CLS] A [SEP] (B [SEP]), unpadded
+    first: List[Span]  # segment A, already truncated
+    second: List[Span]  # segment B, already truncated; empty means a single segment
     first_length: int  # len(A)
-    second_length: int  # len(B); 0 means a single segment
+    second_length: int  # len(B)
     single_segment_draw: bool  # the 10 % draw chose one segment (B can also be empty for other reasons)
     short_target: bool  # built under a random target length < max_length
     discarded: int  # tokens cut by truncation
 
     @property
-    def segment_ids(self) -> List[int]:
-        return [0] * (self.first_length + 2) + [1] * (len(self.input_ids) - self.first_length - 2)
+    def length(self) -> int:
+        """Tokens including [CLS] and the [SEP]s."""
+        return self.first_length + 2 + (self.second_length + 1 if self.second_length else 0)
 
 
 @dataclasses.dataclass
@@ -56,7 +63,7 @@ class PackingStats:
 
     def add(self, example: PackedExample) -> None:
         self.examples += 1
-        self.tokens += len(example.input_ids)
+        self.tokens += example.length
         self.single_segment += example.second_length == 0
         self.single_segment_draw += example.single_segment_draw
         self.short_target += example.short_target
@@ -67,23 +74,37 @@ class PackingStats:
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
 
-class ExampleBuilder:
-    """Accumulates sentences of token ids and emits packed examples (see the module docstring)."""
+def _truncate(spans: List[Span], budget: int) -> List[Span]:
+    """The spans cut to their first `budget` tokens."""
+    kept = []
+    for start, end in spans:
+        if budget <= 0:
+            break
+        end = min(end, start + budget)
+        kept.append((start, end))
+        budget -= end - start
+    return kept
 
-    def __init__(self, max_length: int, cls_id: int, sep_id: int, rng: random.Random):
+
+class ExampleBuilder:
+    """Accumulates sentences (token spans) and emits packed examples (see the module docstring).
+
+    Only lengths drive the decisions, so sentences are passed as spans of one token array and the
+    ids are filled in afterwards, all examples at once (`assemble`).
+    """
+
+    def __init__(self, max_length: int, rng: random.Random):
         self.max_length = max_length
-        self.cls_id = cls_id
-        self.sep_id = sep_id
         self.rng = rng
         self.target_length = max_length
         self.stats = PackingStats()
-        self._sentences: List[Sequence[int]] = []
+        self._sentences: List[Span] = []
         self._length = 0
 
-    def add_sentence(self, token_ids: Sequence[int]) -> Optional[PackedExample]:
-        """Adds one sentence; returns an example once the accumulated length reaches the target."""
-        self._sentences.append(token_ids)
-        self._length += len(token_ids)
+    def add_sentence(self, start: int, end: int) -> Optional[PackedExample]:
+        """Adds the sentence tokens[start:end]; returns an example once the target length is reached."""
+        self._sentences.append((start, end))
+        self._length += end - start
         if self._length >= self.target_length:
             return self._create_example()
         return None
@@ -102,17 +123,22 @@ class ExampleBuilder:
             first_target = 100000
         else:
             first_target = (self.target_length - 3) // 2
-        first: List[int] = []
-        second: List[int] = []
-        for sentence in self._sentences:
-            if (not first or len(first) + len(sentence) < first_target
-                    or (not second and len(first) < first_target and rng.random() < 0.5)):
-                first.extend(sentence)
+        first: List[Span] = []
+        second: List[Span] = []
+        first_length = second_length = 0
+        for start, end in self._sentences:
+            length = end - start
+            # Emptiness is by token count, as the original's `len(first_segment) == 0`.
+            if (first_length == 0 or first_length + length < first_target
+                    or (second_length == 0 and first_length < first_target and rng.random() < 0.5)):
+                first.append((start, end))
+                first_length += length
             else:
-                second.extend(sentence)
-        total = len(first) + len(second)
-        first = first[:self.max_length - 2]
-        second = second[:max(0, self.max_length - len(first) - 3)]
+                second.append((start, end))
+                second_length += length
+        total = first_length + second_length
+        first_length = min(first_length, self.max_length - 2)
+        second_length = min(second_length, max(0, self.max_length - first_length - 3))
         short_target = self.target_length < self.max_length
         self._sentences = []
         self._length = 0
@@ -120,10 +146,35 @@ class ExampleBuilder:
             self.target_length = rng.randint(MIN_SHORT_TARGET, self.max_length)
         else:
             self.target_length = self.max_length
-        input_ids = [self.cls_id, *first, self.sep_id]
-        if second:
-            input_ids += [*second, self.sep_id]
-        example = PackedExample(input_ids, len(first), len(second), single_segment_draw, short_target,
-                                total - len(first) - len(second))
+        example = PackedExample(_truncate(first, first_length), _truncate(second, second_length),
+                                first_length, second_length, single_segment_draw, short_target,
+                                total - first_length - second_length)
         self.stats.add(example)
         return example
+
+
+def assemble(examples: List[PackedExample], tokens: np.ndarray, max_length: int, cls_id: int,
+             sep_id: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fills in token ids: `[CLS] A [SEP] (B [SEP])` zero-padded.
+
+    Returns input_ids and segment_ids, int64 [n, max_length], and the lengths [n].
+    """
+    count = len(examples)
+    ids = np.zeros([count, max_length], np.int64)
+    segments = np.zeros([count, max_length], np.int64)
+    lengths = np.empty([count], np.int64)
+    for row, example in enumerate(examples):
+        ids[row, 0] = cls_id
+        end = 1 + example.first_length
+        if example.first:
+            ids[row, 1:end] = np.concatenate([tokens[a:b] for a, b in example.first])
+        ids[row, end] = sep_id
+        end += 1
+        if example.second_length:
+            stop = end + example.second_length
+            ids[row, end:stop] = np.concatenate([tokens[a:b] for a, b in example.second])
+            ids[row, stop] = sep_id
+            segments[row, end:stop + 1] = 1
+            end = stop + 1
+        lengths[row] = end
+    return ids, segments, lengths

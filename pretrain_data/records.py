@@ -8,8 +8,10 @@ No masking is stored: masking is dynamic, in the training graph. Shards are name
 `pretrain_data.tfrecord-{i}-of-{n}` as the original, so either project reads the other's data.
 """
 
-from typing import Dict, Sequence
+import functools
+from typing import Dict, List, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
@@ -21,20 +23,64 @@ def shard_name(index: int, count: int) -> str:
     return f"{SHARD_PREFIX}-{index}-of-{count}"
 
 
-def serialize_example(input_ids: Sequence[int], segment_ids: Sequence[int], max_seq_length: int) -> bytes:
-    """Pads one example to `max_seq_length` and serializes it in the original's schema."""
-    length = len(input_ids)
-    padding = [0] * (max_seq_length - length)
-    features = {
-        "input_ids": list(input_ids) + padding,
-        "input_mask": [1] * length + padding,
-        "segment_ids": list(segment_ids) + padding,
-    }
-    example = tf.train.Example(features=tf.train.Features(feature={
-        name: tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-        for name, values in features.items()
-    }))
-    return example.SerializeToString()
+@functools.lru_cache(maxsize=None)
+def _varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative int (tags and lengths; few distinct values)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _varints(values: np.ndarray) -> Tuple[bytes, np.ndarray]:
+    """Varint-encodes a [n, L] array of non-negative ints at once.
+
+    Returns the concatenated bytes (row-major) and the byte count of each row [n].
+    """
+    values = values.astype(np.uint64)
+    groups = max(1, (int(values.max(initial=0)).bit_length() + 6) // 7)
+    shifts = np.arange(groups, dtype=np.uint64) * np.uint64(7)
+    sizes = 1 + sum((values >= np.uint64(1 << (7 * k))).astype(np.int64) for k in range(1, groups))  # [n, L]
+    digits = ((values[..., None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)  # [n, L, G]
+    position = np.arange(groups)
+    digits |= ((position < sizes[..., None] - 1) * 0x80).astype(np.uint8)  # continuation bits
+    return digits[position < sizes[..., None]].tobytes(), sizes.sum(axis=1)
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_header(name: bytes, payload_size: int) -> bytes:
+    """The bytes before a packed payload in one `feature` map entry:
+    {key: name, value: Feature{int64_list: Int64List{value: payload}}}."""
+    int64_list = 1 + len(_varint(payload_size)) + payload_size
+    feature = 1 + len(_varint(int64_list)) + int64_list
+    entry = 1 + len(_varint(len(name))) + len(name) + 1 + len(_varint(feature)) + feature
+    return (b"\x0a" + _varint(entry) + b"\x0a" + _varint(len(name)) + name
+            + b"\x12" + _varint(feature) + b"\x1a" + _varint(int64_list) + b"\x0a" + _varint(payload_size))
+
+
+def serialize_examples(input_ids: np.ndarray, segment_ids: np.ndarray, lengths: np.ndarray) -> List[bytes]:
+    """Serializes padded examples ([n, max_seq_length] ids and segment ids, [n] lengths) in the
+    original's schema.
+
+    The protobuf bytes are assembled directly, vectorized over all examples: several times faster
+    than building a `tf.train.Example` per record, and parsed identically (tested against
+    `tf.train.Example`).
+    """
+    count, max_seq_length = input_ids.shape
+    masks = (np.arange(max_seq_length) < lengths[:, None]).astype(np.uint8)
+    segments = segment_ids.astype(np.uint8)  # 0/1: one byte per varint
+    id_bytes, id_sizes = _varints(input_ids)
+    offsets = np.concatenate([[0], np.cumsum(id_sizes)]).tolist()
+    mask_header = _entry_header(b"input_mask", max_seq_length)
+    segment_header = _entry_header(b"segment_ids", max_seq_length)
+    records = []
+    for row, size in enumerate(id_sizes.tolist()):
+        body = b"".join((_entry_header(b"input_ids", size), id_bytes[offsets[row]:offsets[row + 1]],
+                         mask_header, masks[row].tobytes(), segment_header, segments[row].tobytes()))
+        records.append(b"\x0a" + _varint(len(body)) + body)
+    return records
 
 
 def feature_spec(max_seq_length: int) -> Dict[str, tf.io.FixedLenFeature]:

@@ -178,3 +178,24 @@ def test_reader_errors(built, tmp_path):
         make_dataset(str(tmp_path / "nothing*"), MAX_LEN, 8, True)
     with pytest.raises(InputError, match="records hold 128 tokens but max_seq_length is 256"):
         make_dataset(str(out / "pretrain_data.tfrecord*"), 256, 8, True)
+
+
+def test_fast_serialization_parses_like_tf_train_example():
+    """The hand-assembled protobuf bytes decode to exactly the padded features, for any id size."""
+    from pretrain_data.records import serialize_examples
+    examples = [([101, 7, 127, 128, 16383, 16384, 30521, 2 ** 21 + 5, 102], [0, 0, 0, 0, 0, 1, 1, 1, 1]),
+                ([101, 1, 102], [0, 0, 0]),
+                ([101] + [5000] * (MAX_LEN - 2) + [102], [0] * MAX_LEN)]
+    ids = np.zeros([3, MAX_LEN], np.int64)
+    segments = np.zeros([3, MAX_LEN], np.int64)
+    for row, (row_ids, row_segments) in enumerate(examples):
+        ids[row, :len(row_ids)] = row_ids
+        segments[row, :len(row_segments)] = row_segments
+    lengths = np.array([len(e[0]) for e in examples])
+    for (row_ids, row_segments), record in zip(examples, serialize_examples(ids, segments, lengths)):
+        parsed = tf.train.Example.FromString(record).features.feature
+        padding = [0] * (MAX_LEN - len(row_ids))
+        assert list(parsed["input_ids"].int64_list.value) == row_ids + padding
+        assert list(parsed["input_mask"].int64_list.value) == [1] * len(row_ids) + padding
+        assert list(parsed["segment_ids"].int64_list.value) == row_segments + padding
+        assert set(parsed) == set(FEATURE_NAMES)
