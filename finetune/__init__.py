@@ -1,0 +1,1 @@
+"""Fine-tuning tasks, heads and scorers (GLUE, SQuAD, chunking)."""
