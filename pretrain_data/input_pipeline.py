@@ -86,3 +86,20 @@ def make_dataset(patterns: str, max_seq_length: int, global_batch_size: int, is_
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
+
+
+def pretraining_dataset_fns(config):
+    """(train, eval) dataset functions of a `PretrainingConfig`, for `distribute_datasets_from_function`.
+
+    Training reads `pretrain_tfrecords` in batches of `train_batch_size` (global), evaluation reads
+    the held-out `eval_tfrecords` once, in batches of `eval_batch_size`.
+    """
+    def train_fn(input_context=None):
+        return make_dataset(config.pretrain_tfrecords, config.max_seq_length, config.train_batch_size, True,
+                            input_context, deterministic=config.deterministic, seed=config.seed)
+
+    def eval_fn(input_context=None):
+        return make_dataset(config.eval_tfrecords, config.max_seq_length, config.eval_batch_size, False,
+                            input_context, deterministic=True)
+
+    return train_fn, eval_fn

@@ -1,0 +1,71 @@
+"""Training state on disk: periodic checkpoints, resuming from the latest, starting from another.
+
+A checkpoint holds the model, the optimizer (slots and step) and the input iterator, so a resumed
+run continues with the very batches it would have seen. TensorFlow writes a checkpoint's files
+first and updates the `checkpoint` state file last, so a run killed mid-save resumes from the
+previous complete one. Under MultiWorkerMirroredStrategy every worker takes part in a save, but
+only the chief's copy lands in the model dir; the others write to a scratch dir and delete it.
+"""
+
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import tensorflow as tf
+
+from electra_tf.errors import InputError
+
+
+class Checkpoints:
+    """A `tf.train.CheckpointManager` over `trackables` in `model_dir` (or a worker scratch dir)."""
+
+    def __init__(self, model_dir, chief: bool, worker_id: int, keep_checkpoint_max: Optional[int],
+                 **trackables):
+        self.chief = chief
+        self.directory = Path(model_dir) if chief else Path(model_dir) / f".worker_{worker_id}_scratch"
+        self.checkpoint = tf.train.Checkpoint(**trackables)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.directory),
+                                                  max_to_keep=keep_checkpoint_max or None)
+
+    @property
+    def latest(self) -> Optional[str]:
+        return tf.train.latest_checkpoint(str(self.directory)) if self.chief else None
+
+    def restore_latest(self, model_dir) -> Optional[str]:
+        """Restores the newest checkpoint of `model_dir` (every worker reads the chief's)."""
+        path = tf.train.latest_checkpoint(str(model_dir))
+        if path:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        return path
+
+    def save(self, step: int) -> str:
+        path = self.manager.save(checkpoint_number=step)
+        if not self.chief:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        return path
+
+
+def resolve_checkpoint(path: str) -> str:
+    """A checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise InputError(f"init_checkpoint {path}: directory holds no checkpoint")
+        return latest
+    if not tf.io.gfile.exists(path + ".index"):
+        raise InputError(f"init_checkpoint {path}: no such checkpoint ({path}.index not found)")
+    return path
+
+
+def load_init_checkpoint(path: str, model, optimizer, reset_step: bool) -> str:
+    """Starts from another run's weights: the model only (step 0), or with the optimizer's slots
+    and step when `reset_step` is false. Variables missing from the checkpoint are an error."""
+    prefix = resolve_checkpoint(path)
+    trackables = {"model": model} if reset_step else {"model": model, "optimizer": optimizer}
+    status = tf.train.Checkpoint(**trackables).read(prefix)
+    try:
+        status.assert_existing_objects_matched().expect_partial()
+    except AssertionError as error:
+        raise InputError(f"init_checkpoint {prefix} does not match this model: {error}") from None
+    return prefix

@@ -1,0 +1,64 @@
+"""Devices and numerics for a run: the tf.distribute strategy, the precision policy, determinism."""
+
+import json
+import os
+
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.errors import InputError
+
+
+def create_strategy(name: str, tpu_name=None, tpu_zone=None, gcp_project=None) -> tf.distribute.Strategy:
+    """The strategy for `PretrainingConfig.strategy`.
+
+    auto: TPU when `tpu_name` is set, MirroredStrategy when more than one GPU is visible, else one
+    device; one_device; mirrored (all local GPUs, or the CPU); multi_worker
+    (MultiWorkerMirroredStrategy from the TF_CONFIG environment variable); tpu.
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    if name == "auto":
+        name = "tpu" if tpu_name else "mirrored" if len(gpus) > 1 else "one_device"
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise InputError("strategy multi_worker needs the TF_CONFIG environment variable "
+                             "(cluster and task of this worker)")
+        try:
+            json.loads(os.environ["TF_CONFIG"])
+        except json.JSONDecodeError as error:
+            raise InputError(f"TF_CONFIG is not valid JSON: {error}") from None
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_name, zone=tpu_zone,
+                                                                     project=gcp_project)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise InputError(f"strategy {name!r}: expected auto, one_device, mirrored, multi_worker or tpu")
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes checkpoints, summaries and results (worker 0, or the only one)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def set_precision(policy: str) -> None:
+    """float32, mixed_bfloat16 or mixed_float16 for every layer built afterwards."""
+    tf_keras.mixed_precision.set_global_policy(policy)
+
+
+def set_determinism(seed: int, deterministic: bool) -> None:
+    """Seeds Python, NumPy and TF; with `deterministic`, deterministic kernels and per-layer
+    random generators whose state lives in variables, so a resumed run continues the very same
+    dropout stream (it is saved with the model's checkpoint)."""
+    tf_keras.utils.set_random_seed(seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+        tf_keras.backend.experimental.enable_tf_random_generator()

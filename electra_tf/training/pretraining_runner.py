@@ -1,0 +1,257 @@
+"""The pretraining job: train and/or evaluate a `PretrainingModel` under a tf.distribute strategy.
+
+`run(config, train_dataset_fn, eval_dataset_fn, special_ids)`:
+- prepares the model dir: the effective config is written as `config.json`; a config whose
+  architecture differs from the one already there is refused instead of silently mixed;
+- trains `num_train_steps` steps, `iterations_per_loop` steps per compiled call, resuming from the
+  latest checkpoint (model, optimizer, step, input iterator) or starting from `init_checkpoint`;
+  checkpoints every `save_checkpoints_steps`; stops with an error naming the step if the loss
+  becomes NaN/Inf (the last good checkpoint stays);
+- evaluates on the held-out data for `num_eval_steps` batches and writes
+  `results/unsup_results.{json,txt}`.
+
+The datasets come from the caller (`dataset_fn(input_context) -> tf.data.Dataset`), so this core
+module does not depend on how pretraining data is stored.
+"""
+
+import math
+import shutil
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
+from electra_tf.objectives import PretrainingMetrics
+from electra_tf.optimization import create_optimizer
+from electra_tf.tokenization import load_vocab
+from electra_tf.pretraining import PretrainingModel
+from electra_tf.training import checkpointing, distribution
+from electra_tf.training.reporting import Reporter, write_results
+from electra_tf.training.train_step import make_train_step
+
+DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+
+
+def special_ids(config: PretrainingConfig) -> Dict[str, int]:
+    """[CLS], [SEP] and [MASK] ids from the config's vocab, which must have `vocab_size` tokens."""
+    vocab = load_vocab(config.vocab_file)
+    if len(vocab) != config.vocab_size:
+        raise InputError(f"vocab file {config.vocab_file} has {len(vocab)} tokens but vocab_size is "
+                         f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
+    return {"cls_id": vocab.index("[CLS]"), "sep_id": vocab.index("[SEP]"), "mask_id": vocab.index("[MASK]")}
+
+
+def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
+    """Creates the model dir, refuses an architecture change, writes the effective config."""
+    model_dir = Path(config.model_dir)
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+        probe = model_dir / ".write_test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise InputError(f"model dir {model_dir} is not writable: {error.strerror}") from None
+    saved = model_dir / "config.json"
+    if saved.exists():
+        previous = PretrainingConfig.from_json_file(saved)
+        old, new = previous.architecture_dict(), config.architecture_dict()
+        if old != new:
+            changed = sorted(k for k in new if old.get(k) != new.get(k))
+            raise InputError(f"model dir {model_dir} holds a model of another architecture "
+                             f"(differs in {', '.join(changed)}: was {[old[k] for k in changed]}, now "
+                             f"{[new[k] for k in changed]}); use another --model-name or the old hparams")
+    if chief:
+        config.save(saved)
+        vocab = Path(config.vocab_file)
+        if vocab.exists() and not (model_dir / "vocab.txt").exists():
+            shutil.copyfile(vocab, model_dir / "vocab.txt")  # a model dir is self-contained
+    return model_dir
+
+
+class _Training:
+    """The compiled loops of one run, bound to its strategy, model, optimizer and metrics."""
+
+    def __init__(self, config: PretrainingConfig, strategy, model, optimizer):
+        self.config, self.strategy, self.model, self.optimizer = config, strategy, model, optimizer
+        has_rtd = config.objective in ("electra", "electra_15")
+        with strategy.scope():
+            self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight)
+            self.eval_metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight)
+            self.eval_loss = tf_keras.metrics.Mean("loss")
+        self.base_seed = tf.constant([config.seed, 0], tf.int64)
+        self.loops = {}
+
+    def _seed(self, step) -> tf.Tensor:
+        """A per-step, per-replica seed for masking and sampling: resumed runs redraw the same."""
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        seed = tf.random.experimental.stateless_fold_in(self.base_seed, tf.cast(step, tf.int64))
+        return tf.random.experimental.stateless_fold_in(seed, replica)
+
+    def update_metrics(self, metrics: PretrainingMetrics, features, output) -> None:
+        rtd = output.rtd
+        metrics.update_state(masked_lm_ids=output.masked.masked_lm_ids,
+                             masked_lm_weights=output.masked.masked_lm_weights, mlm=output.mlm,
+                             sampled_ids=output.sampled_ids, rtd=rtd,
+                             rtd_labels=None if rtd is None else output.fake.is_replaced,
+                             input_mask=features["input_mask"])
+
+    def train_loop(self, stage: str):
+        """A tf.function running `num_steps` steps of `stage`; returns the mean loss."""
+        if stage in self.loops:
+            return self.loops[stage]
+        config = self.config
+        with self.strategy.scope():  # gradient accumulators are per-replica variables
+            step_fn = make_train_step(
+                self.model, self.optimizer, stage=stage, jit_compile=config.jit_compile,
+                gradient_accumulation_steps=config.gradient_accumulation_steps,
+                on_output=lambda features, output: self.update_metrics(self.metrics, features, output))
+
+        def replica_step(features):
+            return step_fn(features, self._seed(self.optimizer.iterations))
+
+        local_replicas = len(self.strategy.extended.worker_devices)
+
+        def next_batch(iterator):
+            """One local batch per local replica, handed to the replicas of this worker."""
+            batches = [next(iterator) for _ in range(local_replicas)]
+            return self.strategy.experimental_distribute_values_from_function(
+                lambda context: batches[context.replica_id_in_sync_group % local_replicas])
+
+        @tf.function
+        def loop(iterator, num_steps):
+            total = tf.constant(0.0)
+            for _ in tf.range(num_steps):
+                losses = self.strategy.run(replica_step, args=(next_batch(iterator),))
+                total += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+            return total / tf.cast(num_steps, tf.float32)
+
+        self.loops[stage] = loop
+        return loop
+
+    def evaluate(self, dataset, num_steps: int) -> Dict[str, float]:
+        """The eight metrics and the loss over `num_steps` held-out batches, dropout off."""
+        for metric in (self.eval_metrics, self.eval_loss):
+            metric.reset_state()
+
+        def replica_eval(features):
+            seed = tf.random.experimental.stateless_fold_in(self.base_seed + 1, tf.constant(0, tf.int64))
+            output = self.model(features, training=False, seed=seed)
+            self.update_metrics(self.eval_metrics, features, output)
+            self.eval_loss.update_state(output.loss)
+
+        @tf.function
+        def eval_step(features):
+            self.strategy.run(replica_eval, args=(features,))
+
+        batches = 0
+        for features in dataset:
+            eval_step(features)
+            batches += 1
+            if batches >= num_steps:
+                break
+        if batches == 0:
+            raise InputError("evaluation data is empty (check eval_tfrecords and eval_batch_size)")
+        return {"loss": float(self.eval_loss.result()), **self.eval_metrics.result(), "eval_batches": batches}
+
+
+def _stage(config: PretrainingConfig, step: int) -> str:
+    if not config.two_stage_generator_steps:
+        return "joint"
+    return "generator" if step < config.two_stage_generator_steps else "discriminator"
+
+
+def _next_boundary(config: PretrainingConfig, step: int) -> int:
+    """The next step at which the loop must stop: log, checkpoint, stage switch or the end."""
+    boundaries = [config.num_train_steps, step + config.iterations_per_loop,
+                  (step // config.log_every + 1) * config.log_every,
+                  (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps]
+    if config.two_stage_generator_steps > step:
+        boundaries.append(config.two_stage_generator_steps)
+    return min(boundaries)
+
+
+def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_dataset_fn: Optional[DatasetFn],
+        special_ids: Dict[str, int], stream=None) -> Dict[str, float]:
+    """Trains and/or evaluates as the config says; returns the final metrics (also in results/)."""
+    distribution.set_determinism(config.seed, config.deterministic)
+    distribution.set_precision(config.precision)
+    strategy = distribution.create_strategy(config.strategy, config.tpu_name, config.tpu_zone, config.gcp_project)
+    chief = distribution.is_chief(strategy)
+    model_dir = prepare_model_dir(config, chief)
+    with strategy.scope():
+        model = PretrainingModel(config, **special_ids)
+        optimizer = create_optimizer(config.learning_rate, config.num_train_steps, config.weight_decay_rate,
+                                     config.num_warmup_steps, 0.0, config.lr_decay_power, -1, None,
+                                     optimizer=config.optimizer)
+        if config.precision == "mixed_float16":
+            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    training = _Training(config, strategy, model, optimizer)
+    reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
+    results: Dict[str, float] = {}
+    if config.do_train:
+        results["train_loss"] = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter)
+    if config.do_eval:
+        dataset = strategy.distribute_datasets_from_function(eval_dataset_fn)
+        metrics = training.evaluate(dataset, config.num_eval_steps)
+        step = int(optimizer.iterations.numpy())
+        reporter.scalars("eval", step, metrics)
+        results.update(metrics)
+    results["global_step"] = int(optimizer.iterations.numpy())
+    if chief:
+        write_results(results, config.results_json, config.results_txt)
+    return results
+
+
+def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, chief: bool,
+           reporter: Reporter) -> float:
+    """The training loop; returns the mean loss of the last logged interval."""
+    optimizer = training.optimizer
+    resolver = getattr(strategy, "cluster_resolver", None)
+    worker_id = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
+    # This worker's own input pipeline, iterated directly: a plain tf.data iterator can be saved in
+    # checkpoints (tf.distribute's distributed iterators cannot), so resuming continues the stream.
+    num_workers = strategy.num_replicas_in_sync // len(strategy.extended.worker_devices)
+    iterator = iter(dataset_fn(tf.distribute.InputContext(num_workers, worker_id, strategy.num_replicas_in_sync)))
+    checkpoints = checkpointing.Checkpoints(model_dir, chief, worker_id, config.keep_checkpoint_max,
+                                            model=training.model, optimizer=optimizer, iterator=iterator)
+    restored = checkpoints.restore_latest(model_dir)
+    if restored:
+        print(f"resuming from {restored}", file=reporter.stream, flush=True)
+    elif config.init_checkpoint:
+        loaded = checkpointing.load_init_checkpoint(config.init_checkpoint, training.model, optimizer,
+                                                    config.init_checkpoint_reset_step)
+        print(f"initialised from {loaded}", file=reporter.stream, flush=True)
+    step = logged_step = int(optimizer.iterations.numpy())
+    reporter.start(step)
+    last_loss, loss_sum = math.nan, 0.0
+    while step < config.num_train_steps:
+        stage = _stage(config, step)
+        num_steps = _next_boundary(config, step) - step
+        loss = float(training.train_loop(stage)(iterator, tf.constant(num_steps)))
+        if not np.isfinite(loss):
+            raise FloatingPointError(
+                f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
+                f"The last good checkpoint is {checkpoints.latest or 'none (no checkpoint yet)'}")
+        loss_sum += loss * num_steps
+        step += num_steps
+        if step % config.log_every == 0 or step == config.num_train_steps:
+            last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
+            logged_step = step
+            reporter.train_progress(step, last_loss, training.metrics.result(),
+                                    float(_learning_rate(optimizer)))
+            training.metrics.reset_state()
+        if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
+            training.model.init_discriminator_from_generator()
+        if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
+            checkpoints.save(step)
+    return last_loss
+
+
+def _learning_rate(optimizer) -> tf.Tensor:
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    rate = inner.learning_rate
+    return rate(inner.iterations) if callable(rate) else rate

@@ -1,0 +1,70 @@
+"""What a run tells its user: console progress lines, TensorBoard scalars and results files."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict
+
+import tensorflow as tf
+
+from electra_tf.progress import format_duration
+
+
+class Reporter:
+    """Progress lines with throughput and ETA, plus TensorBoard scalars under `model_dir/{train,eval}`.
+
+    Only the chief writes summaries; every worker prints.
+    """
+
+    def __init__(self, model_dir, total_steps: int, batch_size: int, chief: bool, stream=None):
+        self.total_steps = total_steps
+        self.batch_size = batch_size
+        self.stream = stream or sys.stdout
+        self.writers = {}
+        for split in ("train", "eval"):
+            self.writers[split] = (tf.summary.create_file_writer(os.path.join(model_dir, split)) if chief
+                                   else tf.summary.create_noop_writer())
+        self._last_time = time.monotonic()
+        self._last_step = None
+        self._start = time.monotonic()
+        self._start_step = None
+
+    def start(self, step: int) -> None:
+        self._last_step = self._start_step = step
+        self._last_time = self._start = time.monotonic()
+
+    def train_progress(self, step: int, loss: float, metrics: Dict[str, float], learning_rate: float) -> None:
+        """One console line and the training scalars for the steps since the last call."""
+        now = time.monotonic()
+        steps = max(step - self._last_step, 1)
+        examples_per_second = steps * self.batch_size / max(now - self._last_time, 1e-9)
+        done = step - self._start_step
+        eta = (self.total_steps - step) * (now - self._start) / max(done, 1)
+        self._last_time, self._last_step = now, step
+        shown = " ".join(f"{name} {metrics[name]:.4f}" for name in
+                         ("masked_lm_loss", "masked_lm_accuracy", "disc_loss", "disc_accuracy") if name in metrics)
+        print(f"step {step}/{self.total_steps} ({100.0 * step / self.total_steps:.1f}%) loss {loss:.4f} "
+              f"{shown} | {examples_per_second:,.1f} examples/s | lr {learning_rate:.3g} | "
+              f"elapsed {format_duration(now - self._start)} ETA {format_duration(eta)}",
+              file=self.stream, flush=True)
+        self.scalars("train", step, {"loss": loss, **metrics, "learning_rate": learning_rate,
+                                     "examples_per_second": examples_per_second})
+
+    def scalars(self, split: str, step: int, values: Dict[str, float]) -> None:
+        with self.writers[split].as_default():
+            for name, value in values.items():
+                tf.summary.scalar(name, value, step=step)
+        self.writers[split].flush()
+
+
+def write_results(results: Dict[str, float], json_path, txt_path) -> None:
+    """`unsup_results.{json,txt}`, the files the original promised and never wrote; atomic."""
+    for path, text in ((json_path, json.dumps(results, indent=2, sort_keys=True) + "\n"),
+                       (txt_path, "".join(f"{k} = {v}\n" for k, v in sorted(results.items())))):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(text)
+        temporary.replace(path)

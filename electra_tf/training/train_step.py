@@ -1,0 +1,119 @@
+"""The training step: forward, gradients, optional dynamic loss scaling, optimizer update.
+
+`make_train_step` returns the per-replica step that a runner calls inside `strategy.run` and loops
+in a `tf.function`. It is the original's `tf.gradients` + `apply_gradients` (spec §7) and nothing
+else: gradient clipping is done once, inside the optimizer's `apply_gradients` (`global_clipnorm`,
+after cross-replica aggregation and after a LossScaleOptimizer unscales), so the step never clips.
+
+With `jit_compile=True` the forward and backward pass (loss → gradients) are one XLA cluster
+(`tf.function(jit_compile=True)`); `apply_gradients` stays outside it, since under a
+MirroredStrategy it holds the cross-replica all-reduce, which XLA cannot compile.
+"""
+
+from typing import Any, Callable, Optional, Tuple
+
+import tensorflow as tf
+import tf_keras
+
+# loss_fn(model, features, seed) -> (loss [] float32, output: whatever on_output wants to see)
+LossFn = Callable[[tf_keras.Model, dict, Optional[tf.Tensor]], Tuple[tf.Tensor, Any]]
+
+
+def _pretraining_loss(stage: str) -> LossFn:
+    """The loss of a `PretrainingModel` (or any model whose call returns an object with `.loss`)."""
+
+    def loss_fn(model, features, seed):
+        output = model(features, training=True, seed=seed, stage=stage)
+        return output.loss, output
+
+    return loss_fn
+
+
+def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy.Optimizer, *,
+                    loss_fn: Optional[LossFn] = None, stage: str = "joint", jit_compile: bool = False,
+                    gradient_accumulation_steps: int = 1,
+                    on_output: Optional[Callable[[dict, Any], None]] = None
+                    ) -> Callable[[dict, Optional[tf.Tensor]], tf.Tensor]:
+    """The per-replica training step `step(features, seed) -> loss` (float32 scalar).
+
+    Args:
+      model: a built model. Trained variables: `model.trainable_variables_for(stage)` when the
+        model has it (PretrainingModel: a frozen generator is left out), else all trainable ones.
+      optimizer: a legacy tf_keras optimizer (e.g. `create_optimizer`'s), or a
+        `tf_keras.mixed_precision.LossScaleOptimizer` around one, which turns on dynamic loss
+        scaling (the loss is scaled before differentiation and the gradients unscaled after).
+      loss_fn: `loss_fn(model, features, seed) -> (loss, output)`; default: the `.loss` of
+        `model(features, training=True, seed=seed, stage=stage)` and that model output.
+      stage: the pretraining stage ("joint", "generator" or "discriminator").
+      jit_compile: compile forward + backward with XLA.
+      gradient_accumulation_steps: k > 1 splits the batch into k micro-batches (rows i*B/k ...),
+        averages their gradients in per-replica accumulators and applies them once: the update of
+        the k-times larger batch, with the memory of one micro-batch. Micro-batch j draws its
+        randomness from `fold_in(seed, j)`.
+      on_output: called as `on_output(micro_batch_features, output)` after each forward pass (for
+        metrics), outside XLA.
+
+    Variables without a gradient (None: unused by this loss) are skipped, not updated.
+    """
+    loss_fn = loss_fn or _pretraining_loss(stage)
+    if hasattr(model, "trainable_variables_for"):
+        variables = model.trainable_variables_for(stage)
+    else:
+        variables = model.trainable_variables
+    scales_loss = isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+
+    def loss_and_gradients(features, seed):
+        with tf.GradientTape() as tape:
+            loss, output = loss_fn(model, features, seed)
+            loss = tf.cast(loss, tf.float32)  # []
+            target = optimizer.get_scaled_loss(loss) if scales_loss else loss
+        grads = tape.gradient(target, variables)
+        if scales_loss:
+            grads = optimizer.get_unscaled_gradients(grads)
+        return loss, grads, output
+
+    if jit_compile:
+        loss_and_gradients = tf.function(loss_and_gradients, jit_compile=True)
+
+    def forward_backward(features, seed):
+        loss, grads, output = loss_and_gradients(features, seed)
+        if on_output is not None:
+            on_output(features, output)
+        return loss, grads
+
+    def apply(grads):
+        optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
+
+    if gradient_accumulation_steps == 1:
+        def step(features, seed=None):
+            loss, grads = forward_backward(features, seed)
+            apply(grads)
+            return loss
+
+        return step
+
+    k = gradient_accumulation_steps
+    # Per-replica sums of the micro-batch gradients (ON_READ: each replica keeps its own).
+    accumulators = [tf.Variable(tf.zeros_like(v), trainable=False, name="grad_accumulator",
+                                synchronization=tf.VariableSynchronization.ON_READ,
+                                aggregation=tf.VariableAggregation.SUM) for v in variables]
+
+    def step(features, seed=None):
+        seed = tf.random.uniform([2], maxval=2 ** 30, dtype=tf.int32) if seed is None else seed
+        micro = {name: tf.reshape(t, tf.concat([[k, -1], tf.shape(t)[1:]], 0)) for name, t in features.items()}
+        used = []  # which variables get gradients: fixed when the loop body is traced
+        total = tf.constant(0.0)
+        for j in tf.range(k):
+            micro_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), tf.cast(j, tf.int64))
+            loss, grads = forward_backward({name: t[j] for name, t in micro.items()}, micro_seed)
+            used[:] = [g is not None for g in grads]
+            for accumulator, grad in zip(accumulators, grads):
+                if grad is not None:
+                    accumulator.assign_add(tf.convert_to_tensor(grad))
+            total += loss
+        apply([a.read_value() / k if use else None for a, use in zip(accumulators, used)])
+        for accumulator in accumulators:
+            accumulator.assign(tf.zeros_like(accumulator))
+        return total / k
+
+    return step

@@ -1,0 +1,91 @@
+"""run_pretraining.py end to end on real Wikipedia text: training, checkpoints, resume, results, errors."""
+
+import json
+import re
+
+import pytest
+
+import run_pretraining
+from pretrain_data.build import BuildOptions, build_pretraining_dataset
+
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def data_dir(corpus_dir, vocab_file, tmp_path_factory):
+    """A data dir as the original lays it out: vocab.txt, pretrain_tfrecords/ (with eval/)."""
+    root = tmp_path_factory.mktemp("data_dir")
+    corpus = tmp_path_factory.mktemp("corpus")
+    for path in sorted(corpus_dir.iterdir())[:2]:
+        (corpus / path.name).symlink_to(path)
+    (root / "vocab.txt").symlink_to(vocab_file)
+    build_pretraining_dataset(BuildOptions(str(corpus), str(vocab_file), str(root / "pretrain_tfrecords"),
+                                           max_seq_length=SEQ, input_format="wikiextractor",
+                                           eval_fraction=0.1, quiet=True))
+    return root
+
+
+def hparams(**values):
+    base = dict(model_size="tiny", max_seq_length=SEQ, train_batch_size=16, eval_batch_size=16,
+                num_train_steps=40, num_warmup_steps=5, learning_rate=2e-3, save_checkpoints_steps=20,
+                log_every=10, iterations_per_loop=10, num_eval_steps=4, do_eval=True)
+    base.update(values)
+    return json.dumps(base)
+
+
+def run(data_dir, name, capsys, **values):
+    code = run_pretraining.main(["--data-dir", str(data_dir), "--model-name", name, "--hparams", hparams(**values)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def logged_losses(out):
+    return [float(m) for m in re.findall(r"^step \d+/\d+ \S+ loss ([\d.]+)", out, flags=re.M)]
+
+
+def test_trains_checkpoints_evaluates_and_resumes(data_dir, capsys):
+    code, out, err = run(data_dir, "tiny", capsys)
+    assert code == 0, err
+    losses = logged_losses(out)
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    model_dir = data_dir / "models" / "tiny"
+    assert (model_dir / "ckpt-20.index").exists() and (model_dir / "ckpt-40.index").exists()
+    assert (model_dir / "config.json").exists() and (model_dir / "vocab.txt").exists()
+    assert list((model_dir / "train").glob("events.out.tfevents.*"))
+    results = json.loads((model_dir / "results" / "unsup_results.json").read_text())
+    for name in ("masked_lm_accuracy", "masked_lm_loss", "sampled_masked_lm_accuracy", "disc_loss",
+                 "disc_auc", "disc_accuracy", "disc_precision", "disc_recall"):
+        assert 0.0 <= results[name] < 20.0, name
+    assert results["global_step"] == 40 and results["eval_batches"] == 4
+    assert "disc_auc = " in (model_dir / "results" / "unsup_results.txt").read_text()
+
+    # the same command with more steps continues from step 40
+    code, out, err = run(data_dir, "tiny", capsys, num_train_steps=60)
+    assert code == 0, err
+    assert "resuming from" in out and "ckpt-40" in out
+    assert re.findall(r"^step (\d+)/60", out, flags=re.M) == ["50", "60"]
+    assert json.loads((model_dir / "results" / "unsup_results.json").read_text())["global_step"] == 60
+
+
+def test_architecture_change_is_refused(data_dir, capsys):
+    assert run(data_dir, "arch", capsys, num_train_steps=10, save_checkpoints_steps=10, do_eval=False)[0] == 0
+    code, _, err = run(data_dir, "arch", capsys, num_train_steps=10, model_hparam_overrides={"num_hidden_layers": 3})
+    assert code == 2 and "another architecture" in err and "discriminator" in err
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"learnig_rate": 1e-3}, "did you mean 'learning_rate'"),
+    ({"pretrain_tfrecords": "/nonexistent/pretrain_data.tfrecord*"}, "no TFRecord file matches"),
+    ({"max_seq_length": 128}, "records hold 64 tokens but max_seq_length is 128"),
+    ({"vocab_size": 1000}, "has 30522 tokens but vocab_size is 1000"),
+])
+def test_bad_input_gives_one_clear_error(data_dir, capsys, values, message):
+    code, _, err = run(data_dir, "bad", capsys, num_train_steps=5, **values)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_unwritable_model_dir(data_dir, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    code, _, err = run(data_dir, "x", capsys, num_train_steps=5, model_dir=str(blocker / "model"))
+    assert code == 2 and "is not writable" in err

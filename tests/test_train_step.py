@@ -1,0 +1,186 @@
+"""The training step: it learns, XLA matches the graph step, fp16 loss scaling, tf.distribute."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.optimization import create_optimizer
+from electra_tf.pretraining import PretrainingModel
+from electra_tf.training import make_train_step
+
+BATCH, SEQ, VOCAB = 8, 32, 120
+IDS = dict(cls_id=1, sep_id=2, mask_id=3)
+ONE_LAYER = dict(num_hidden_layers=1)  # fast to trace and compile
+NO_DROPOUT = dict(ONE_LAYER, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+STEPS = 20
+
+
+def make_batch(index: int) -> dict:
+    """Synthetic rows [CLS] w ... w [SEP] pad..., w drawn from a Zipf-like unigram distribution."""
+    rng = np.random.RandomState(index)
+    weights = 1.0 / np.arange(1, VOCAB - 4 + 1)
+    ids = rng.choice(np.arange(4, VOCAB), size=(BATCH, SEQ), p=weights / weights.sum())
+    lengths = rng.randint(SEQ // 2, SEQ + 1, size=BATCH)
+    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+    ids[:, 0] = IDS["cls_id"]
+    ids[np.arange(BATCH), lengths - 1] = IDS["sep_id"]
+    return dict(input_ids=tf.constant(ids * mask, tf.int32), input_mask=tf.constant(mask),
+                segment_ids=tf.zeros([BATCH, SEQ], tf.int32))
+
+
+BATCHES = [make_batch(i) for i in range(4)]
+
+
+def build(**hparams):
+    """A tiny model and the original's optimizer (AdamW, warmup + linear decay, clip 1.0)."""
+    values = dict(model_size="tiny", max_seq_length=SEQ, train_batch_size=BATCH, vocab_size=VOCAB,
+                  num_train_steps=500, num_warmup_steps=5, learning_rate=3e-4,
+                  model_hparam_overrides=ONE_LAYER)
+    values.update(hparams)
+    config = PretrainingConfig.from_hparams("test", "/unused", values)
+    tf_keras.utils.set_random_seed(0)
+    model = PretrainingModel(config, **IDS)
+    optimizer = create_optimizer(config.learning_rate, config.num_train_steps, config.weight_decay_rate,
+                                 config.num_warmup_steps)
+    return model, optimizer
+
+
+def run(step, num_steps: int) -> np.ndarray:
+    """Losses of `num_steps` steps of a tf.function around `step`, seeds (0, i)."""
+    compiled = tf.function(step)
+    return np.array([float(compiled(BATCHES[i % len(BATCHES)], tf.constant([0, i])))
+                     for i in range(num_steps)])
+
+
+@pytest.fixture(scope="module")
+def graph_run():
+    """ELECTRA without dropout, STEPS graph-mode steps: (losses, variables before, model, optimizer)."""
+    model, optimizer = build(model_hparam_overrides=NO_DROPOUT)
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    return run(make_train_step(model, optimizer), STEPS), before, model, optimizer
+
+
+def test_step_reduces_loss_and_updates_every_trained_variable(graph_run):
+    losses, before, model, optimizer = graph_run
+    assert np.isfinite(losses).all()
+    assert losses[-4:].mean() < 0.8 * losses[:4].mean(), losses
+    assert int(optimizer.iterations) == STEPS
+    unchanged = [v.name for v, b in zip(model.trainable_variables, before) if np.array_equal(v.numpy(), b)]
+    assert not unchanged
+
+
+def test_discriminator_stage_leaves_the_generator_frozen():
+    model, optimizer = build(generator_hidden_size=1.0, two_stage_generator_steps=10)
+    generator = [v.numpy().copy() for v in model.network.generator_head.trainable_variables]
+    losses = run(make_train_step(model, optimizer, stage="discriminator"), 3)
+    assert np.isfinite(losses).all()
+    for before, variable in zip(generator, model.network.generator_head.trainable_variables):
+        np.testing.assert_array_equal(before, variable.numpy())
+
+
+def test_custom_loss_fn_and_model_without_stages():
+    """A plain Keras model: all its trainable variables train; a variable the loss skips is left alone."""
+    tf_keras.utils.set_random_seed(1)
+    inputs = tf_keras.Input([4])
+    model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(inputs))
+    unused = model.add_weight("unused", shape=[2], initializer="ones")
+    x = tf.random.stateless_normal([64, 4], [1, 2])
+    y = tf.reduce_sum(x, axis=1, keepdims=True)
+
+    def loss_fn(m, features, seed):
+        del seed
+        return tf.reduce_mean(tf.square(m(features["x"]) - features["y"])), None
+
+    step = tf.function(make_train_step(model, tf_keras.optimizers.legacy.SGD(0.1), loss_fn=loss_fn))
+    losses = [float(step({"x": x, "y": y}, None)) for _ in range(30)]
+    assert losses[-1] < 0.01 * losses[0]
+    np.testing.assert_array_equal(unused.numpy(), [1.0, 1.0])
+
+
+def test_jit_compile_matches_graph_step_on_a_deterministic_objective():
+    """BERT objective with every candidate masked by [MASK]: the loss does not depend on the random
+    draws (XLA's stateless RNG differs from TF's), so XLA and graph mode must agree numerically."""
+    hparams = dict(objective="bert", mask_prob=0.99, mask_token_fraction=1.0,
+                   model_hparam_overrides=NO_DROPOUT)
+    losses = {}
+    for jit in (False, True):
+        model, optimizer = build(**hparams)
+        losses[jit] = run(make_train_step(model, optimizer, jit_compile=jit), 8)
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)
+    assert losses[True][-1] < losses[True][0]
+
+
+def test_jit_compile_tracks_graph_step_on_electra(graph_run):
+    """ELECTRA objective, same seeds, no dropout: masks and samples come from different RNG streams
+    under XLA, so the losses agree only statistically (a loose tolerance)."""
+    model, optimizer = build(model_hparam_overrides=NO_DROPOUT)
+    losses = run(make_train_step(model, optimizer, jit_compile=True), STEPS)
+    np.testing.assert_allclose(losses, graph_run[0], rtol=0.15)
+    np.testing.assert_allclose(losses.mean(), graph_run[0].mean(), rtol=0.03)
+
+
+@pytest.fixture
+def mixed_float16():
+    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    tf_keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mixed_float16_with_dynamic_loss_scaling(mixed_float16):
+    model, optimizer = build()
+    optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer, initial_scale=2.0 ** 15)
+    losses = run(make_train_step(model, optimizer), 10)
+    assert np.isfinite(losses).all()
+    assert losses[-3:].mean() < losses[:3].mean()
+    assert float(optimizer.loss_scale) > 1.0
+    assert all(v.dtype == tf.float32 and np.isfinite(v.numpy()).all() for v in model.trainable_variables)
+
+
+def test_runs_inside_strategy_run():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model, optimizer = build()
+    step = make_train_step(model, optimizer)
+
+    @tf.function
+    def loop(features, seed):
+        per_replica = strategy.run(step, args=(features, seed))
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+
+    losses = [float(loop(BATCHES[i % 4], tf.constant([0, i]))) for i in range(12)]
+    assert np.isfinite(losses).all() and np.mean(losses[-3:]) < np.mean(losses[:3])
+    assert int(optimizer.iterations) == 12
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_gradient_accumulation_equals_one_large_batch(k):
+    """k micro-batches of b rows give the update of one batch of k*b rows: a per-row mean loss has
+    the mean of the micro-batch gradients as its gradient. Tolerance 1e-6 (float32 summation order)."""
+    def run_steps(accumulation):
+        tf_keras.utils.set_random_seed(3)
+        inputs = tf_keras.Input([6])
+        hidden = tf_keras.layers.Dense(8, activation="tanh")(inputs)
+        model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(hidden))
+        optimizer = create_optimizer(1e-2, 100, 0.01, 2)  # AdamW + clipping: the real update rule
+        seen = []
+
+        def loss_fn(m, features, seed):
+            del seed
+            return tf.reduce_mean(tf.square(m(features["x"]) - features["y"])), features["x"]
+
+        step = tf.function(make_train_step(model, optimizer, loss_fn=loss_fn,
+                                           gradient_accumulation_steps=accumulation,
+                                           on_output=lambda features, output: seen.append(output)))
+        x = tf.random.stateless_normal([16, 6], [4, 5])
+        losses = [float(step({"x": x, "y": tf.reduce_sum(x, 1, keepdims=True)}, tf.constant([0, i])))
+                  for i in range(5)]
+        return losses, [v.numpy() for v in model.trainable_variables], seen
+
+    big_losses, big_weights, _ = run_steps(1)
+    losses, weights, seen = run_steps(k)
+    np.testing.assert_allclose(losses, big_losses, rtol=1e-6)
+    for a, b in zip(weights, big_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert seen[0].shape == (16 // k, 6)  # on_output sees each micro-batch
