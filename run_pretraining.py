@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     try:
         config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
         train_fn, eval_fn = pretraining_dataset_fns(config)
-        results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config))
+        results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config)).results
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

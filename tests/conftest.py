@@ -31,3 +31,19 @@ def vocab_file(shared_data) -> Path:
 def corpus_dir(shared_data) -> Path:
     """80 WikiExtractor files of English Wikipedia (about 1 MB each)."""
     return shared_data / "corpus" / "enwiki_2015_wikiextractor" / "AA"
+
+
+@pytest.fixture(scope="session")
+def pretraining_data_dir(corpus_dir, vocab_file, tmp_path_factory) -> Path:
+    """A data dir laid out as the original's: vocab.txt and pretrain_tfrecords/ (64-token records
+    built from two Wikipedia files, 10 % of documents held out in pretrain_tfrecords/eval/)."""
+    from pretrain_data.build import BuildOptions, build_pretraining_dataset
+    root = tmp_path_factory.mktemp("data_dir")
+    corpus = tmp_path_factory.mktemp("corpus")
+    for path in sorted(corpus_dir.iterdir())[:2]:
+        (corpus / path.name).symlink_to(path)
+    (root / "vocab.txt").symlink_to(vocab_file)
+    build_pretraining_dataset(BuildOptions(str(corpus), str(vocab_file), str(root / "pretrain_tfrecords"),
+                                           max_seq_length=64, input_format="wikiextractor",
+                                           eval_fraction=0.1, quiet=True))
+    return root

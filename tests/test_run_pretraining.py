@@ -6,23 +6,13 @@ import re
 import pytest
 
 import run_pretraining
-from pretrain_data.build import BuildOptions, build_pretraining_dataset
 
-SEQ = 64
+SEQ = 64  # the records of the shared pretraining_data_dir fixture
 
 
 @pytest.fixture(scope="module")
-def data_dir(corpus_dir, vocab_file, tmp_path_factory):
-    """A data dir as the original lays it out: vocab.txt, pretrain_tfrecords/ (with eval/)."""
-    root = tmp_path_factory.mktemp("data_dir")
-    corpus = tmp_path_factory.mktemp("corpus")
-    for path in sorted(corpus_dir.iterdir())[:2]:
-        (corpus / path.name).symlink_to(path)
-    (root / "vocab.txt").symlink_to(vocab_file)
-    build_pretraining_dataset(BuildOptions(str(corpus), str(vocab_file), str(root / "pretrain_tfrecords"),
-                                           max_seq_length=SEQ, input_format="wikiextractor",
-                                           eval_fraction=0.1, quiet=True))
-    return root
+def data_dir(pretraining_data_dir):
+    return pretraining_data_dir
 
 
 def hparams(**values):

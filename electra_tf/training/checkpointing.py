@@ -69,3 +69,21 @@ def load_init_checkpoint(path: str, model, optimizer, reset_step: bool) -> str:
     except AssertionError as error:
         raise InputError(f"init_checkpoint {prefix} does not match this model: {error}") from None
     return prefix
+
+
+def dropout_generators(model) -> list:
+    """The random generators behind the model's Dropout layers, created now so that checkpoints
+    hold them and a resumed deterministic run continues the same dropout masks.
+
+    They exist only after `distribution.set_determinism(..., deterministic=True)` (tf_keras then
+    gives each Dropout its own `tf.random.Generator`); tf_keras creates them lazily and does not
+    track them, hence the reach into its `_random_generator`.
+    """
+    import tf_keras
+    generators = []
+    for layer in model.submodules:
+        if isinstance(layer, tf_keras.layers.Dropout):
+            layer._random_generator._maybe_init()
+            if layer._random_generator._generator is not None:
+                generators.append(layer._random_generator._generator)
+    return generators

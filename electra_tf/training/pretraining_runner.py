@@ -17,7 +17,7 @@ module does not depend on how pretraining data is stored.
 import math
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -174,9 +174,14 @@ def _next_boundary(config: PretrainingConfig, step: int) -> int:
     return min(boundaries)
 
 
+class RunOutput(NamedTuple):
+    results: Dict[str, float]  # final metrics, as written to results/unsup_results.json
+    model: PretrainingModel  # the trained model
+
+
 def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_dataset_fn: Optional[DatasetFn],
-        special_ids: Dict[str, int], stream=None) -> Dict[str, float]:
-    """Trains and/or evaluates as the config says; returns the final metrics (also in results/)."""
+        special_ids: Dict[str, int], stream=None) -> RunOutput:
+    """Trains and/or evaluates as the config says; returns the final metrics and the model."""
     distribution.set_determinism(config.seed, config.deterministic)
     distribution.set_precision(config.precision)
     strategy = distribution.create_strategy(config.strategy, config.tpu_name, config.tpu_zone, config.gcp_project)
@@ -203,7 +208,7 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     results["global_step"] = int(optimizer.iterations.numpy())
     if chief:
         write_results(results, config.results_json, config.results_txt)
-    return results
+    return RunOutput(results, model)
 
 
 def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, chief: bool,
@@ -216,8 +221,11 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     # checkpoints (tf.distribute's distributed iterators cannot), so resuming continues the stream.
     num_workers = strategy.num_replicas_in_sync // len(strategy.extended.worker_devices)
     iterator = iter(dataset_fn(tf.distribute.InputContext(num_workers, worker_id, strategy.num_replicas_in_sync)))
+    with strategy.scope():
+        generators = checkpointing.dropout_generators(training.model)
     checkpoints = checkpointing.Checkpoints(model_dir, chief, worker_id, config.keep_checkpoint_max,
-                                            model=training.model, optimizer=optimizer, iterator=iterator)
+                                            model=training.model, optimizer=optimizer, iterator=iterator,
+                                            dropout_generators=generators)
     restored = checkpoints.restore_latest(model_dir)
     if restored:
         print(f"resuming from {restored}", file=reporter.stream, flush=True)
