@@ -33,6 +33,9 @@ def main(argv=None) -> int:
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except FloatingPointError as error:  # the loss diverged; the last good checkpoint is kept
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print("results: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                   for k, v in sorted(results.items())))
     return 0

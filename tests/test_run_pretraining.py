@@ -1,6 +1,7 @@
 """run_pretraining.py end to end on real Wikipedia text: training, checkpoints, resume, results, errors."""
 
 import json
+import math
 import re
 
 import pytest
@@ -79,3 +80,42 @@ def test_unwritable_model_dir(data_dir, tmp_path, capsys):
     blocker.write_text("not a directory")
     code, _, err = run(data_dir, "x", capsys, num_train_steps=5, model_dir=str(blocker / "model"))
     assert code == 2 and "is not writable" in err
+
+
+@pytest.mark.parametrize("values", [
+    {"precision": "mixed_bfloat16"},
+    {"jit_compile": True},
+    {"strategy": "mirrored", "gradient_accumulation_steps": 2},
+    {"two_stage_generator_steps": 10, "generator_hidden_size": 1.0},
+    {"objective": "bert"},
+], ids=["bf16", "xla", "mirrored_accumulation", "two_stage", "bert"])
+def test_engines_and_schedules(data_dir, capsys, values):
+    name = "engine_" + "_".join(sorted(values))
+    code, out, err = run(data_dir, name, capsys, num_train_steps=20, save_checkpoints_steps=20,
+                         num_eval_steps=2, **values)
+    assert code == 0, err
+    losses = logged_losses(out)
+    assert len(losses) == 2 and all(map(math.isfinite, losses))
+    results = json.loads((data_dir / "models" / name / "results" / "unsup_results.json").read_text())
+    assert results["global_step"] == 20 and math.isfinite(results["masked_lm_loss"])
+
+
+def test_init_checkpoint_with_step_reset_or_kept(data_dir, capsys):
+    assert run(data_dir, "source", capsys, num_train_steps=10, save_checkpoints_steps=10, do_eval=False)[0] == 0
+    source = str(data_dir / "models" / "source")
+    code, out, err = run(data_dir, "from_reset", capsys, num_train_steps=10, init_checkpoint=source, do_eval=False)
+    assert code == 0, err
+    assert "initialised from" in out and re.findall(r"^step (\d+)/10", out, flags=re.M) == ["10"]
+    code, out, err = run(data_dir, "from_kept", capsys, num_train_steps=20, init_checkpoint=source,
+                         init_checkpoint_reset_step=False, do_eval=False)
+    assert code == 0, err
+    assert re.findall(r"^step (\d+)/20", out, flags=re.M) == ["20"]  # continued at step 10
+    code, _, err = run(data_dir, "from_missing", capsys, num_train_steps=10, init_checkpoint=str(data_dir / "nope"))
+    assert code == 2 and "init_checkpoint" in err
+
+
+def test_diverging_loss_stops_with_the_step_and_keeps_the_last_checkpoint(data_dir, capsys):
+    code, _, err = run(data_dir, "diverge", capsys, num_train_steps=40, learning_rate=1e30, num_warmup_steps=0,
+                       save_checkpoints_steps=10, iterations_per_loop=5, log_every=5, do_eval=False)
+    assert code == 1 and "the loss became" in err and "between steps" in err
+    assert "last good checkpoint" in err

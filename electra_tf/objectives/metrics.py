@@ -62,10 +62,10 @@ class PretrainingMetrics(tf.Module):
         lm_weights = _flat(masked_lm_weights)
         m["masked_lm_accuracy"].update_state(_matches(masked_lm_ids, mlm.preds), lm_weights)
         m["masked_lm_loss"].update_state(_flat(mlm.per_slot_loss), lm_weights)
-        if "sampled_masked_lm_accuracy" in m:
+        if "sampled_masked_lm_accuracy" in m and sampled_ids is not None:  # None: generator-only stage
             m["sampled_masked_lm_accuracy"].update_state(
                 _matches(masked_lm_ids, sampled_ids), lm_weights)
-        if "disc_loss" in m:
+        if "disc_loss" in m and rtd is not None:
             mask = _flat(input_mask)
             labels = _flat(rtd_labels)
             preds = _flat(rtd.preds)
