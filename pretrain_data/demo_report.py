@@ -1,4 +1,4 @@
-"""Human-readable summaries of built pretraining data: the statistics and one decoded example."""
+"""Human-readable views of built pretraining data: statistics, a decoded example, a held-out one."""
 
 from pathlib import Path
 
@@ -38,3 +38,15 @@ def data_report(stats: dict, data_dir: Path, vocab_file: Path) -> str:
         _decoded_example(data_dir, vocab_file, stats["max_seq_length"]),
     ]
     return "\n".join(lines)
+
+
+def held_out_example(patterns: str, max_seq_length: int, sep_id: int, max_tokens: int) -> dict:
+    """The first held-out record cut to `[CLS]` + its first segment's first `max_tokens - 2` tokens +
+    `[SEP]` (short enough to read): {input_ids, input_mask, segment_ids} int32 [1, max_seq_length]."""
+    from pretrain_data.input_pipeline import make_dataset
+    ids = next(iter(make_dataset(patterns, max_seq_length, 1, is_training=False)))["input_ids"][0].numpy()
+    first_sep = int((ids == sep_id).argmax())
+    kept = [int(i) for i in ids[:min(first_sep, max_tokens - 1)]] + [sep_id]  # [CLS] A... [SEP]
+    padding = [0] * (max_seq_length - len(kept))
+    return {"input_ids": tf.constant([kept + padding]), "input_mask": tf.constant([[1] * len(kept) + padding]),
+            "segment_ids": tf.zeros([1, max_seq_length], tf.int32)}
