@@ -25,9 +25,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from electra_tf.config import PretrainingConfig
     from electra_tf.training import pretraining_runner
-    from pretrain_data.input_pipeline import pretraining_dataset_fns
+    from pretrain_data.input_pipeline import check_pretraining_data, pretraining_dataset_fns
     try:
         config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
+        check_pretraining_data(config)
         train_fn, eval_fn = pretraining_dataset_fns(config)
         results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config)).results
     except InputError as error:

@@ -217,6 +217,9 @@ class PretrainingConfig(HParams):
         overrides = {"embedding_size": self.embedding_size}
         if self.debug:
             overrides["num_attention_heads"] = DEBUG_ATTENTION_HEADS
+        if "vocab_size" in self.model_hparam_overrides:
+            raise InputError("model_hparam_overrides may not set vocab_size: set the vocab_size hparam "
+                             "(it must match the vocab file)")
         overrides.update(self.model_hparam_overrides)
         return sized_encoder(BertConfig(vocab_size=self.vocab_size),
                              hidden_size=overrides.pop("hidden_size", hidden),
@@ -291,10 +294,6 @@ class PretrainingConfig(HParams):
         _require(self.max_seq_length <= discriminator.max_position_embeddings,
                  f"max_seq_length {self.max_seq_length} exceeds max_position_embeddings "
                  f"{discriminator.max_position_embeddings}")
-        _require(generator.hidden_size >= 1 and generator.num_hidden_layers >= 1,
-                 f"generator_hidden_size {self.generator_hidden_size} and generator_layers "
-                 f"{self.generator_layers} give a generator of hidden size {generator.hidden_size} "
-                 f"and {generator.num_hidden_layers} layers; both must be at least 1")
         if self.two_stage_generator_steps:
             # Paper §3.2: the discriminator starts from the generator's weights, so sizes match.
             _require(self.objective == "electra" and self.untied_generator

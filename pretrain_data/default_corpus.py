@@ -81,7 +81,7 @@ def write_default_corpus(output_dir) -> Path:
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     path = output / "python_docs.txt"
-    temporary = path.with_suffix(".tmp")
+    temporary = output / ".python_docs.txt.tmp"  # hidden: corpus readers skip it if left behind
     with open(temporary, "w", encoding="utf-8") as handle:
         for document in documents():
             if document:

@@ -88,6 +88,14 @@ def make_dataset(patterns: str, max_seq_length: int, global_batch_size: int, is_
 
 
 
+def check_pretraining_data(config) -> None:
+    """Fails before any work when the files a run will read are missing or of another length."""
+    if config.do_train:
+        check_record_length(resolve_files(config.pretrain_tfrecords), config.max_seq_length)
+    if config.do_eval:
+        check_record_length(resolve_files(config.eval_tfrecords), config.max_seq_length)
+
+
 def pretraining_dataset_fns(config):
     """(train, eval) dataset functions of a `PretrainingConfig`, for `distribute_datasets_from_function`.
 

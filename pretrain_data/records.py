@@ -9,7 +9,7 @@ No masking is stored: masking is dynamic, in the training graph. Shards are name
 """
 
 import functools
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import tensorflow as tf

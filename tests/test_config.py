@@ -224,7 +224,7 @@ def test_value_types_are_checked():
                                          "gradient_accumulation_steps 3"),
     ({"generator_hidden_size": 0}, "generator_hidden_size 0.0 must be positive"),
     ({"generator_layers": -1}, "generator_layers -1.0 must be positive"),
-    ({"generator_hidden_size": 0.001}, "generator of hidden size 0"),
+    ({"generator_hidden_size": 0.001}, "generator architecture .*hidden_size 0 must be an integer"),
     ({"train_batch_size": 0}, "train_batch_size 0 must be at least 1"),
     ({"temperature": 0}, "temperature 0.0 must be positive"),
     ({"do_train": False}, "do_train and do_eval are both false"),

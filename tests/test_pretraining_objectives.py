@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.optimization import create_optimizer
@@ -60,7 +61,7 @@ def assert_learns(losses):
 
 @pytest.mark.parametrize("objective", ["electra", "bert", "electra_15", "replace_mlm", "all_tokens_mlm"])
 def test_objective_loss_decreases(objective, batches):
-    tf.keras.utils.set_random_seed(0)
+    tf_keras.utils.set_random_seed(0)
     config = tiny_config(objective=objective)
     model = PretrainingModel(config, **BERT_IDS)
     assert_learns(train(model, config, batches))

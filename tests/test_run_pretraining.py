@@ -119,3 +119,24 @@ def test_diverging_loss_stops_with_the_step_and_keeps_the_last_checkpoint(data_d
                        save_checkpoints_steps=10, iterations_per_loop=5, log_every=5, do_eval=False)
     assert code == 1 and "the loss became" in err and "between steps" in err
     assert "last good checkpoint" in err
+
+
+def test_evaluation_only_reads_the_latest_checkpoint(data_dir, capsys):
+    assert run(data_dir, "evaluated", capsys, num_train_steps=10, save_checkpoints_steps=10, do_eval=False)[0] == 0
+    code, out, err = run(data_dir, "evaluated", capsys, num_train_steps=10, do_train=False)
+    assert code == 0, err
+    assert "evaluating" in out and "ckpt-10" in out
+    results = json.loads((data_dir / "models" / "evaluated" / "results" / "unsup_results.json").read_text())
+    assert results["global_step"] == 10 and "train_loss" not in results
+    code, _, err = run(data_dir, "never_trained", capsys, do_train=False)
+    assert code == 2 and "no model to evaluate" in err
+
+
+def test_bad_overrides_and_batches(data_dir, capsys):
+    code, _, err = run(data_dir, "bad2", capsys, model_hparam_overrides={"num_attention_heads": 0})
+    assert code == 2 and "num_attention_heads 0 must be an integer of at least 1" in err
+    code, _, err = run(data_dir, "bad3", capsys, train_batch_size=12, gradient_accumulation_steps=5)
+    assert code == 2 and "not divisible by gradient_accumulation_steps" in err
+    code, _, err = run(data_dir, "bad4", capsys, eval_tfrecords=str(data_dir / "none*"))
+    assert code == 2 and "no TFRecord file matches" in err
+    assert not (data_dir / "models" / "bad4").exists()  # refused before anything was written

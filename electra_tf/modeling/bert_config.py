@@ -31,6 +31,15 @@ class BertConfig:
     def __post_init__(self):
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size", "embedding_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{name} {value!r} must be an integer of at least 1")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise InputError(f"{name} {value!r} must be in [0, 1)")
         if self.hidden_size % self.num_attention_heads:
             raise InputError(f"hidden_size {self.hidden_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")

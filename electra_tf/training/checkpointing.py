@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import tensorflow as tf
+import tf_keras
 
 from electra_tf.errors import InputError
 
@@ -36,7 +37,11 @@ class Checkpoints:
         """Restores the newest checkpoint of `model_dir` (every worker reads the chief's)."""
         path = tf.train.latest_checkpoint(str(model_dir))
         if path:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (AssertionError, ValueError, tf.errors.OpError) as error:
+                raise InputError(f"checkpoint {path} does not match this run (was deterministic, precision or "
+                                 f"optimizer changed?): {str(error).splitlines()[0]}") from None
         return path
 
     def save(self, step: int) -> str:
@@ -63,11 +68,10 @@ def load_init_checkpoint(path: str, model, optimizer, reset_step: bool) -> str:
     and step when `reset_step` is false. Variables missing from the checkpoint are an error."""
     prefix = resolve_checkpoint(path)
     trackables = {"model": model} if reset_step else {"model": model, "optimizer": optimizer}
-    status = tf.train.Checkpoint(**trackables).read(prefix)
     try:
-        status.assert_existing_objects_matched().expect_partial()
-    except AssertionError as error:
-        raise InputError(f"init_checkpoint {prefix} does not match this model: {error}") from None
+        tf.train.Checkpoint(**trackables).read(prefix).assert_existing_objects_matched().expect_partial()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        raise InputError(f"init_checkpoint {prefix} does not match this model: {str(error).splitlines()[0]}") from None
     return prefix
 
 
@@ -79,7 +83,6 @@ def dropout_generators(model) -> list:
     gives each Dropout its own `tf.random.Generator`); tf_keras creates them lazily and does not
     track them, hence the reach into its `_random_generator`.
     """
-    import tf_keras
     generators = []
     for layer in model.submodules:
         if isinstance(layer, tf_keras.layers.Dropout):

@@ -137,19 +137,20 @@ class _Training:
         for metric in (self.eval_metrics, self.eval_loss):
             metric.reset_state()
 
-        def replica_eval(features):
-            seed = tf.random.experimental.stateless_fold_in(self.base_seed + 1, tf.constant(0, tf.int64))
-            output = self.model(features, training=False, seed=seed)
+        def replica_eval(features, batch):
+            seed = tf.random.experimental.stateless_fold_in(self.base_seed + 1, batch)  # fresh masks per batch
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            output = self.model(features, training=False, seed=tf.random.experimental.stateless_fold_in(seed, replica))
             self.update_metrics(self.eval_metrics, features, output)
             self.eval_loss.update_state(output.loss)
 
         @tf.function
-        def eval_step(features):
-            self.strategy.run(replica_eval, args=(features,))
+        def eval_step(features, batch):
+            self.strategy.run(replica_eval, args=(features, batch))
 
         batches = 0
         for features in dataset:
-            eval_step(features)
+            eval_step(features, tf.constant(batches, tf.int64))
             batches += 1
             if batches >= num_steps:
                 break
@@ -194,11 +195,21 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
                                      optimizer=config.optimizer)
         if config.precision == "mixed_float16":
             optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    _check_batch_sizes(config, strategy)
     training = _Training(config, strategy, model, optimizer)
     reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
     results: Dict[str, float] = {}
     if config.do_train:
-        results["train_loss"] = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter)
+        train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter)
+        if math.isfinite(train_loss):  # NaN when the run had already reached num_train_steps
+            results["train_loss"] = train_loss
+    else:  # evaluation only: the latest checkpoint of the model dir, or init_checkpoint
+        source = tf.train.latest_checkpoint(str(model_dir)) or config.init_checkpoint
+        if source is None:
+            raise InputError(f"do_train is false but {model_dir} holds no checkpoint and no init_checkpoint "
+                             "is set: there is no model to evaluate")
+        checkpointing.load_init_checkpoint(source, model, optimizer, reset_step=False)
+        print(f"evaluating {checkpointing.resolve_checkpoint(source)}", file=reporter.stream, flush=True)
     if config.do_eval:
         dataset = strategy.distribute_datasets_from_function(eval_dataset_fn)
         metrics = training.evaluate(dataset, config.num_eval_steps)
@@ -206,9 +217,21 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
         reporter.scalars("eval", step, metrics)
         results.update(metrics)
     results["global_step"] = int(optimizer.iterations.numpy())
+    reporter.close()
     if chief:
         write_results(results, config.results_json, config.results_txt)
     return RunOutput(results, model)
+
+
+def _check_batch_sizes(config: PretrainingConfig, strategy) -> None:
+    """Batches must split evenly over the replicas, and each replica's over the accumulation steps."""
+    replicas = strategy.num_replicas_in_sync
+    for name in ("train_batch_size", "eval_batch_size"):
+        if getattr(config, name) % replicas:
+            raise InputError(f"{name} {getattr(config, name)} is not divisible by the {replicas} replicas")
+    if (config.train_batch_size // replicas) % config.gradient_accumulation_steps:
+        raise InputError(f"the per-replica batch {config.train_batch_size // replicas} is not divisible by "
+                         f"gradient_accumulation_steps {config.gradient_accumulation_steps}")
 
 
 def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, chief: bool,

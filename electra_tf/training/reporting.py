@@ -52,6 +52,10 @@ class Reporter:
         self.scalars("train", step, {"loss": loss, **metrics, "learning_rate": learning_rate,
                                      "examples_per_second": examples_per_second})
 
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
     def scalars(self, split: str, step: int, values: Dict[str, float]) -> None:
         with self.writers[split].as_default():
             for name, value in values.items():
