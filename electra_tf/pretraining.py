@@ -12,7 +12,8 @@ Objectives (`PretrainingConfig.objective`, paper §3.1 and the §3.2 efficiency 
   p = D·onehot(input) + (1 − D)·softmax, with D the sigmoid of the discriminator head's logit.
 Two-stage training (paper §3.2) is a `stage` of the electra objective: "generator" trains the
 generator alone with MLM; `init_discriminator_from_generator()` then copies its weights; stage
-"discriminator" trains the discriminator with the generator frozen.
+"discriminator" trains the discriminator with the generator frozen, including the embedding
+block the two share (so the frozen generator keeps reading the embeddings it was trained with).
 """
 
 from typing import NamedTuple, Optional
@@ -21,6 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import objectives as obj
+from electra_tf.objectives.random_seeds import split_seed
 from electra_tf.config import PretrainingConfig
 from electra_tf.modeling import ElectraModel, MaskedLMHead
 from electra_tf.modeling.layer_utils import build_in_scope
@@ -38,7 +40,8 @@ class PretrainingOutput(NamedTuple):
     sampled_ids: Optional[tf.Tensor]  # [B, N] generator samples
     fake: Optional[obj.FakeData]  # discriminator input and replaced-token labels, [B, L]
     rtd: Optional[obj.RtdOutput]  # replaced-token-detection loss, probabilities, predictions
-    main_loss: Optional[tf.Tensor]  # [] the discriminator-sized model's MLM loss (ablations)
+    main_loss: Optional[tf.Tensor]  # [] the discriminator-sized model's weighted loss: disc_weight x RTD,
+    # or its MLM loss for replace_mlm / all_tokens_mlm
 
 
 class PretrainingModel(tf_keras.Model):
@@ -66,7 +69,7 @@ class PretrainingModel(tf_keras.Model):
         config = self.config
         input_ids, input_mask, segment_ids = (features["input_ids"], features["input_mask"],
                                               features["segment_ids"])
-        mask_seed, sample_seed = tf.unstack(obj.random_seeds.split_seed(seed, 2))
+        mask_seed, sample_seed = tf.unstack(split_seed(seed, 2))
         masked = obj.mask_tokens(
             input_ids, input_mask, max_predictions_per_seq=config.max_predictions_per_seq,
             mask_prob=config.mask_prob, mask_token_fraction=config.mask_token_fraction,

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -310,3 +311,11 @@ def test_replace_recomputes_derived_values_and_validates():
     assert config.max_predictions_per_seq == 79
     with pytest.raises(InputError, match="mask_prob"):
         dataclasses.replace(config, mask_prob=2.0)
+
+
+@pytest.mark.parametrize("name, steps, lr, batch", [("small", 1000000, 5e-4, 128), ("base", 766000, 2e-4, 256),
+                                                    ("large", 400000, 2e-4, 2048)])
+def test_shipped_configs_give_the_paper_recipes(name, steps, lr, batch):
+    path = Path(__file__).resolve().parents[1] / "configs" / f"{name}.json"
+    config = PretrainingConfig.from_hparams("m", "/data", str(path))
+    assert (config.num_train_steps, config.learning_rate, config.train_batch_size) == (steps, lr, batch)
