@@ -190,8 +190,9 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     model_dir = prepare_model_dir(config, chief)
     with strategy.scope():
         model = PretrainingModel(config, **special_ids)
-        optimizer = create_optimizer(config.learning_rate, config.num_train_steps, config.weight_decay_rate,
-                                     config.num_warmup_steps, 0.0, config.lr_decay_power, -1, None,
+        optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
+                                     weight_decay_rate=config.weight_decay_rate,
+                                     warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
                                      optimizer=config.optimizer)
         if config.precision == "mixed_float16":
             optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)

@@ -47,8 +47,10 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
       stage: the pretraining stage ("joint", "generator" or "discriminator").
       jit_compile: compile forward + backward with XLA.
       gradient_accumulation_steps: k > 1 splits the batch into k micro-batches (rows i*B/k ...),
-        averages their gradients in per-replica accumulators and applies them once: the update of
-        the k-times larger batch, with the memory of one micro-batch. Micro-batch j draws its
+        averages their gradients in per-replica accumulators and applies them once, with the memory
+        of one micro-batch. This is the update of the k-times larger batch when the loss is a mean
+        over equally weighted rows; ELECTRA's token-normalised losses make it a mean of micro-batch
+        means, equal when the micro-batches hold as many tokens and masked slots. Micro-batch j draws its
         randomness from `fold_in(seed, j)`.
       on_output: called as `on_output(micro_batch_features, output)` after each forward pass (for
         metrics), outside XLA.
