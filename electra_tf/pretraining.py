@@ -86,22 +86,23 @@ class PretrainingModel(tf_keras.Model):
         fake = obj.fake_data(input_ids, masked.masked_lm_positions, sampled)
         sequence = self.network.discriminator(fake.fake_input_ids, input_mask, segment_ids,
                                               training=training)  # [B, L, H]
-        rtd, main_loss = None, None
+        rtd, disc_weight = None, 1.0  # the MLM-style ablations weigh their loss 1, as the paper
         if config.objective in ("electra", "electra_15"):
             weights = fake.selected if config.objective == "electra_15" else None
             rtd = obj.rtd_loss(self.network.discriminator_head(sequence), fake.is_replaced,
                                input_mask, weights=weights)
-            main_loss = config.disc_weight * rtd.loss
+            disc_loss, disc_weight = rtd.loss, config.disc_weight
         elif config.objective == "replace_mlm":
             logits = self.discriminator_mlm_head(sequence, masked.masked_lm_positions)  # [B, N, V]
-            main_loss = obj.mlm_loss(logits, masked.masked_lm_ids, masked.masked_lm_weights).loss
+            disc_loss = obj.mlm_loss(logits, masked.masked_lm_ids, masked.masked_lm_weights).loss
         else:  # all_tokens_mlm
             logits = self.discriminator_mlm_head(sequence, None)  # [B, L, V]
             copy_logits = self.network.discriminator_head(sequence)  # [B, L]
-            main_loss = obj.copy_mechanism_loss(logits, copy_logits, fake.fake_input_ids, input_ids,
+            disc_loss = obj.copy_mechanism_loss(logits, copy_logits, fake.fake_input_ids, input_ids,
                                                 input_mask).loss
-        generator_part = 0.0 if stage == "discriminator" else config.gen_weight * mlm.loss
-        return PretrainingOutput(generator_part + main_loss, masked, mlm, sampled, fake, rtd, main_loss)
+        gen_weight = 0.0 if stage == "discriminator" else config.gen_weight  # a frozen generator
+        loss = obj.total_loss(mlm.loss, disc_loss, gen_weight=gen_weight, disc_weight=disc_weight)
+        return PretrainingOutput(loss, masked, mlm, sampled, fake, rtd, disc_weight * disc_loss)
 
     def _generator_logits(self, masked, input_mask, segment_ids, training) -> tf.Tensor:
         """Generator MLM logits at the masked positions, [B, N, V] float32."""

@@ -10,8 +10,9 @@ Everything is computed in float32 whatever the logits' dtype (mixed precision ca
   were selected for masking (`FakeData.selected`), so the discriminator learns only there.
 - Total: gen_weight * MLM + disc_weight * RTD, 1 x MLM + 50 x RTD by default.
 
-The paper's "Replace MLM" ablation needs no loss of its own: it is `mlm_loss` on a generator
-that reads `FakeData.fake_input_ids` instead of the [MASK]ed input.
+The paper's "Replace MLM" ablation needs no loss of its own: it is `mlm_loss` on the
+discriminator-sized model reading `FakeData.fake_input_ids` (generator samples at the masked
+positions instead of [MASK]), at the masked positions.
 """
 
 from typing import NamedTuple, Optional
@@ -45,13 +46,14 @@ def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor,
       masked_lm_ids: [B, N] target ids.
       masked_lm_weights: [B, N] 1 for used slots, 0 for unused.
     """
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [B, N, V]
-    target_log_probs = tf.gather(log_probs, tf.cast(masked_lm_ids, tf.int32), axis=-1,
-                                 batch_dims=2)  # [B, N]
-    per_slot_loss = -target_log_probs
+    logits = tf.cast(logits, tf.float32)  # [B, N, V]
+    # -log softmax(logits)[target] by the fused op: its gradient (softmax - one_hot) comes out of
+    # the forward pass, where a gather from log_softmax scatters into a new dense [B, N, V] tensor.
+    per_slot_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(masked_lm_ids, tf.int32), logits=logits)  # [B, N]
     weights = tf.cast(masked_lm_weights, tf.float32)
     loss = tf.reduce_sum(weights * per_slot_loss) / (tf.reduce_sum(weights) + 1e-6)
-    preds = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+    preds = tf.argmax(logits, axis=-1, output_type=tf.int32)  # = argmax of the log-probabilities
     return MlmOutput(loss=loss, per_slot_loss=per_slot_loss, preds=preds)
 
 
