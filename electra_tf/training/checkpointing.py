@@ -26,6 +26,8 @@ class Checkpoints:
         self.chief = chief
         self.directory = Path(model_dir) if chief else Path(model_dir) / f".worker_{worker_id}_scratch"
         self.checkpoint = tf.train.Checkpoint(**trackables)
+        # A checkpoint written by convert_checkpoint.py holds the model and optimizer only.
+        self.imported = tf.train.Checkpoint(model=trackables["model"], optimizer=trackables["optimizer"])
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.directory),
                                                   max_to_keep=keep_checkpoint_max or None)
 
@@ -38,7 +40,8 @@ class Checkpoints:
         path = tf.train.latest_checkpoint(str(model_dir))
         if path:
             try:
-                self.checkpoint.restore(path).assert_existing_objects_matched()
+                imported = not any(name.startswith("iterator/") for name, _ in tf.train.list_variables(path))
+                (self.imported if imported else self.checkpoint).restore(path).assert_existing_objects_matched()
             except (AssertionError, ValueError, tf.errors.OpError) as error:
                 raise InputError(f"checkpoint {path} does not match this run (was deterministic, precision or "
                                  f"optimizer changed?): {str(error).splitlines()[0]}") from None

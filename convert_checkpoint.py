@@ -1,0 +1,73 @@
+"""Convert ELECTRA checkpoints between the original release, this project, HF transformers and
+SavedModel (issue #5).
+
+    python convert_checkpoint.py from-original --checkpoint PATH --output-dir D/models/M
+    python convert_checkpoint.py to-original   --model-dir D/models/M --output-dir OUT
+    python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT
+    python convert_checkpoint.py from-hf       --hf-dir DIR --output-dir D/models/M
+    python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT
+
+A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N). Imports print a
+load report (loaded / missing / unused variables); an existing output dir needs --overwrite.
+"""
+
+import argparse
+import sys
+
+from electra_tf.errors import InputError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name, help_text, source, source_help):
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument(source, required=True, help=source_help)
+        sub.add_argument("--output-dir", required=True, help="created; must not exist unless --overwrite")
+        sub.add_argument("--overwrite", action="store_true", help="replace an existing output dir")
+        return sub
+
+    for name in ("from-original", "from-hf"):
+        source = ("--checkpoint", "TF1 checkpoint prefix or its directory") if name == "from-original" else (
+            "--hf-dir", "HF dir: discriminator and/or generator (or both as subdirs)")
+        sub = command(name, f"import into a model dir ({name[5:]} format)", *source)
+        sub.add_argument("--hparams", default=None,
+                         help="architecture as JSON or a .json path; default: inferred from the weights")
+        if name == "from-original":
+            sub.add_argument("--vocab-file", default=None, help="default: vocab.txt beside the checkpoint")
+    model_dir_help = "a model dir written by run_pretraining.py (its latest checkpoint is used)"
+    command("to-original", "export to the original release's TF1 naming", "--model-dir", model_dir_help)
+    command("to-hf", "export to HF transformers dirs", "--model-dir", model_dir_help)
+    command("saved-model", "export the discriminator as a SavedModel on raw text", "--model-dir", model_dir_help)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from electra_tf.checkpoints import convert, saved_model
+    try:
+        if args.command == "from-original":
+            report = convert.from_original(args.checkpoint, args.output_dir, args.hparams, args.vocab_file,
+                                           args.overwrite)
+        elif args.command == "from-hf":
+            report = convert.from_hf(args.hf_dir, args.output_dir, args.hparams, args.overwrite)
+        elif args.command == "saved-model":
+            report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite)
+        elif args.command == "to-original":
+            print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite)}")
+            return 0
+        else:
+            roles = convert.to_hf(args.model_dir, args.output_dir, args.overwrite)
+            print("wrote " + ", ".join(f"{args.output_dir}/{role}" for role in roles))
+            return 0
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    print(f"wrote {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

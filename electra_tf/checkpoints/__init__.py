@@ -1,0 +1,65 @@
+"""Checkpoint interop: the original release's TF1 checkpoints, HF transformers dirs, this
+project's model dirs, and SavedModels on raw text (issue #5).
+
+Every format is read into one currency, `PretrainedWeights`: numpy arrays keyed by the original
+TF1 variable names (spec §6.4, without ":0"), plus the PretrainingConfig of the model they fit.
+`assign_weights` puts them into any model built with this project's layers and reports what was
+loaded, missing and unused.
+"""
+
+from pathlib import Path
+from typing import Dict, NamedTuple, Optional
+
+import numpy as np
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
+from electra_tf.checkpoints.report import LoadReport, assign_weights, variable_name
+
+
+class PretrainedWeights(NamedTuple):
+    values: Dict[str, np.ndarray]  # TF1 name (no ":0") → array; may include slots and global_step
+    config: Optional[PretrainingConfig]  # the model these weights fit (read or inferred)
+    vocab_file: Optional[str]  # the vocab beside the weights, when there is one
+
+
+def detect_format(source) -> str:
+    """"model_dir", "hf" or "original" for a path (a dir or a checkpoint prefix)."""
+    from electra_tf.checkpoints import hf, model_dir, original
+    path = Path(source)
+    if not path.exists() and not Path(str(path) + ".index").exists():
+        raise InputError(f"{source}: no such directory or checkpoint ({source}.index not found either)")
+    if model_dir.is_model_dir(path):
+        return "model_dir"
+    if hf.is_hf_dir(path):
+        return "hf"
+    if path.is_dir() or Path(str(path) + ".index").exists():
+        prefix = original.resolve_prefix(path)
+        parent = Path(prefix).parent
+        if (parent / model_dir.CONFIG_FILE).is_file() and Path(prefix).name.startswith("ckpt-"):
+            return "model_dir"
+        return "original"
+    raise InputError(f"{source}: neither a model dir, an HF transformers dir nor a checkpoint")
+
+
+def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str] = None) -> PretrainedWeights:
+    """Weights from a model dir (or one of its `ckpt-N` prefixes), an original TF1 checkpoint
+    (dir or prefix; its size inferred from the shapes) or an HF transformers dir."""
+    from electra_tf.checkpoints import hf, model_dir, original
+    kind = detect_format(source)
+    path = Path(source)
+    if kind == "model_dir":
+        directory = path if path.is_dir() else path.parent
+        config, values = model_dir.read_model_dir(directory, None if path.is_dir() else str(path))
+        return PretrainedWeights(values, config, str(directory / model_dir.VOCAB_FILE))
+    if kind == "hf":
+        return hf.read_hf(path, model_name=model_name, data_dir=data_dir)
+    values = original.read_original(path)
+    directory = path if path.is_dir() else path.parent
+    vocab = directory / model_dir.VOCAB_FILE
+    config = original.infer_config(values, model_name, data_dir or str(directory))
+    return PretrainedWeights(values, config, str(vocab) if vocab.is_file() else None)
+
+
+__all__ = ["PretrainedWeights", "LoadReport", "assign_weights", "read_pretrained", "detect_format",
+           "variable_name"]

@@ -1,0 +1,261 @@
+"""HF transformers directories: export to and import from `ElectraForPreTraining` (discriminator)
+and `ElectraForMaskedLM` (generator) with safetensors weights. Needs no torch (safetensors' numpy
+API); an import of a legacy `pytorch_model.bin` alone imports torch.
+
+Layout written: `<out>/discriminator/` and `<out>/generator/`, each with config.json,
+model.safetensors, vocab.txt, tokenizer_config.json and special_tokens_map.json, i.e. what
+`from_pretrained` expects (and how the released models are published: one repo per network).
+
+Name mapping (HF's module tree in transformers/models/electra/modeling_electra.py): TF1 dense
+`<scope>/kernel [in, out]` is torch `<module>.weight [out, in]` (transposed), `bias` is `.bias`;
+LayerNorm `gamma`/`beta` are `.weight`/`.bias`; embedding tables keep their orientation. HF's
+generator owns a copy of the embedding block that the original shares with the discriminator,
+and its `generator_lm_head.weight` is tied to that word table, so it is not written.
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
+from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON
+from electra_tf.checkpoints.original import infer_config
+
+WEIGHTS_FILE = "model.safetensors"
+LEGACY_WEIGHTS_FILE = "pytorch_model.bin"
+ROLES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
+Pair = Tuple[str, str, bool]  # (TF1 name, HF key, transposed)
+
+
+def _dense(tf1: str, hf: str) -> List[Pair]:
+    return [(f"{tf1}/kernel", f"{hf}.weight", True), (f"{tf1}/bias", f"{hf}.bias", False)]
+
+
+def _layer_norm(tf1: str, hf: str) -> List[Pair]:
+    return [(f"{tf1}/gamma", f"{hf}.weight", False), (f"{tf1}/beta", f"{hf}.bias", False)]
+
+
+def encoder_pairs(scope: str, embeddings_scope: str, config: BertConfig) -> List[Pair]:
+    """One encoder: TF1 `<scope>/...` (embeddings under `embeddings_scope`) ↔ HF `electra.*`."""
+    pairs = [(f"{embeddings_scope}/{table}", f"electra.embeddings.{table}.weight", False)
+             for table in ("word_embeddings", "position_embeddings", "token_type_embeddings")]
+    pairs += _layer_norm(f"{embeddings_scope}/LayerNorm", "electra.embeddings.LayerNorm")
+    if config.embedding_size != config.hidden_size:
+        pairs += _dense(f"{scope}/embeddings_project", "electra.embeddings_project")
+    for i in range(config.num_hidden_layers):
+        tf1, hf = f"{scope}/encoder/layer_{i}", f"electra.encoder.layer.{i}"
+        for projection in ("query", "key", "value"):
+            pairs += _dense(f"{tf1}/attention/self/{projection}", f"{hf}.attention.self.{projection}")
+        pairs += _dense(f"{tf1}/attention/output/dense", f"{hf}.attention.output.dense")
+        pairs += _layer_norm(f"{tf1}/attention/output/LayerNorm", f"{hf}.attention.output.LayerNorm")
+        pairs += _dense(f"{tf1}/intermediate/dense", f"{hf}.intermediate.dense")
+        pairs += _dense(f"{tf1}/output/dense", f"{hf}.output.dense")
+        pairs += _layer_norm(f"{tf1}/output/LayerNorm", f"{hf}.output.LayerNorm")
+    return pairs
+
+
+def network_pairs(config: PretrainingConfig) -> Dict[str, Tuple[BertConfig, List[Pair]]]:
+    """The networks of a pretraining config to export: role → (encoder config, name pairs)."""
+    networks = {}
+    disc = config.discriminator_config()
+    if config.objective != "bert":
+        networks["discriminator"] = (disc, encoder_pairs("electra", "electra/embeddings", disc) + _dense(
+            "discriminator_predictions/dense", "discriminator_predictions.dense") + _dense(
+            "discriminator_predictions/dense_1", "discriminator_predictions.dense_prediction"))
+    if not config.uniform_generator:
+        gen = config.generator_config()
+        separate = config.objective != "bert" and config.untied_generator
+        scope = "generator" if separate else "electra"
+        embeddings = "generator/embeddings" if separate and config.untied_generator_embeddings \
+            else "electra/embeddings"
+        networks["generator"] = (gen, encoder_pairs(scope, embeddings, gen) + _dense(
+            "generator_predictions/dense", "generator_predictions.dense") + _layer_norm(
+            "generator_predictions/LayerNorm", "generator_predictions.LayerNorm") + [
+            ("generator_predictions/output_bias", "generator_lm_head.bias", False)])
+    return networks
+
+
+def hf_config(encoder: BertConfig, role: str) -> dict:
+    """config.json of one HF network; HF's "gelu" is the exact erf GELU, as ours."""
+    fields = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
+              "max_position_embeddings", "type_vocab_size", "initializer_range")
+    return {"architectures": [ROLES[role]], "model_type": "electra",
+            **{name: getattr(encoder, name) for name in fields},
+            "layer_norm_eps": LAYER_NORM_EPSILON, "pad_token_id": 0, "tie_word_embeddings": True,
+            "dtype": "float32"}
+
+
+def tokenizer_files(do_lower_case: bool) -> Dict[str, dict]:
+    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+               "mask_token": "[MASK]"}
+    return {"tokenizer_config.json": {"tokenizer_class": "ElectraTokenizer", "do_lower_case": do_lower_case,
+                                      "strip_accents": None, "tokenize_chinese_chars": True,
+                                      "model_max_length": 512, **special},
+            "special_tokens_map.json": special}
+
+
+def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_file, directory) -> List[str]:
+    """Writes `<directory>/{discriminator,generator}/`; returns the roles written."""
+    from safetensors.numpy import save_file
+    networks = network_pairs(config)
+    if "generator" in networks and config.discriminator_config().hidden_act != "gelu":
+        raise InputError(f"hidden_act {config.discriminator_config().hidden_act!r}: HF's generator head "
+                         "always applies gelu, so only gelu models export exactly")
+    for role, (encoder, pairs) in networks.items():
+        missing = [tf1 for tf1, _, _ in pairs if tf1 not in values]
+        if missing:
+            raise InputError(f"cannot export the {role}: the weights lack {missing[0]} "
+                             f"(and {len(missing) - 1} more)")
+        out = Path(directory) / role
+        out.mkdir(parents=True)
+        tensors = {hf: np.ascontiguousarray(values[tf1].T if transposed else values[tf1], np.float32)
+                   for tf1, hf, transposed in pairs}
+        save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+        (out / "config.json").write_text(json.dumps(hf_config(encoder, role), indent=2) + "\n")
+        (out / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
+        for name, content in tokenizer_files(config.do_lower_case).items():
+            (out / name).write_text(json.dumps(content, indent=2) + "\n")
+    return list(networks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Import
+
+
+def _network_dir(path: Path) -> Optional[Tuple[str, Path]]:
+    """(role, dir) of a single HF network dir, by the architecture its config.json names."""
+    config = path / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        content = json.loads(config.read_text())
+    except ValueError as error:
+        raise InputError(f"{config}: not valid JSON ({error})") from None
+    if content.get("model_type") != "electra":
+        return None
+    architectures = content.get("architectures") or ["ElectraForPreTraining"]
+    role = "generator" if architectures[0] in ("ElectraForMaskedLM", "ElectraForCausalLM") else "discriminator"
+    return role, path
+
+
+def network_dirs(path) -> Dict[str, Path]:
+    """Role → dir: `path` itself (one network) or its discriminator/ and generator/ subdirs."""
+    path = Path(path)
+    found = dict(filter(None, [_network_dir(path / role) for role in ROLES] + [_network_dir(path)]))
+    return found
+
+
+def is_hf_dir(path) -> bool:
+    return Path(path).is_dir() and bool(network_dirs(path))
+
+
+def _load_tensors(directory: Path) -> Dict[str, np.ndarray]:
+    weights = directory / WEIGHTS_FILE
+    try:
+        if weights.is_file():
+            from safetensors.numpy import load_file
+            return load_file(str(weights))
+        if (directory / LEGACY_WEIGHTS_FILE).is_file():
+            import torch  # only for legacy pickled weights
+            state = torch.load(directory / LEGACY_WEIGHTS_FILE, map_location="cpu", weights_only=True)
+            return {key: tensor.float().numpy() for key, tensor in state.items()}
+    except Exception as error:  # safetensors and torch raise their own types for a bad file
+        raise InputError(f"{directory}: cannot read the weights ({str(error).splitlines()[0]})") from None
+    raise InputError(f"{directory}: no {WEIGHTS_FILE} (or {LEGACY_WEIGHTS_FILE})")
+
+
+def _check_hf_config(directory: Path, encoder: BertConfig) -> None:
+    """Fields shapes do not show must still agree with the config this project derives."""
+    given = json.loads((directory / "config.json").read_text())
+    expected = {"num_attention_heads": encoder.num_attention_heads, "hidden_act": encoder.hidden_act,
+                "layer_norm_eps": LAYER_NORM_EPSILON}
+    for name, value in expected.items():
+        if name in given and given[name] != value:
+            raise InputError(f"{directory / 'config.json'}: {name} {given[name]!r} is not supported here "
+                             f"(this model would use {value!r})")
+
+
+def _to_tf1(tensors: Dict[str, np.ndarray], pairs: List[Pair], role: str, directory: Path,
+            values: Dict[str, np.ndarray]) -> None:
+    """Adds the network's weights to `values` by TF1 name; shared tables must agree. HF weights
+    the mapping does not take are kept as `<role>/<HF key>`, so the load report lists them as
+    unused instead of dropping them silently."""
+    tied = "generator_lm_head.weight"
+    if role == "generator" and tied in tensors:  # saved although tied: it must be the word table
+        pairs = pairs + [(pairs[0][0], tied, False)]
+    for tf1, hf, transposed in pairs:
+        if hf not in tensors:
+            raise InputError(f"{directory / WEIGHTS_FILE}: the {role} lacks the required weight {hf}")
+        value = tensors[hf].T if transposed else tensors[hf]
+        if tf1 in values and not np.array_equal(values[tf1], value):
+            raise InputError(f"{directory}: {hf} differs from {tf1}, which it shares in this project "
+                             "(the generator's embedding block and output table, spec §6.3)")
+        values[tf1] = np.ascontiguousarray(value, np.float32)
+    taken = {hf for _, hf, _ in pairs}
+    values.update({f"{role}/{key}": value for key, value in tensors.items() if key not in taken})
+
+
+def _tensor(tensors: Dict[str, np.ndarray], key: str, role: str) -> np.ndarray:
+    if key not in tensors:
+        raise InputError(f"the HF {role} lacks the weight {key}: not an ELECTRA {ROLES[role]} checkpoint")
+    return tensors[key]
+
+
+def _shape_names(tensors: Dict[str, np.ndarray], role: str, scope: str,
+                 table_scope: Optional[str]) -> Dict[str, np.ndarray]:
+    """Just enough TF1 names for `infer_config`: the tables (when `table_scope`), each layer's
+    query and intermediate kernels, and the heads' telltale weights."""
+    values = {}
+    if table_scope:
+        for table in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+            values[f"{table_scope}/{table}"] = _tensor(tensors, f"electra.embeddings.{table}.weight", role)
+    layer = 0
+    while f"electra.encoder.layer.{layer}.attention.self.query.weight" in tensors:
+        hf, tf1 = f"electra.encoder.layer.{layer}", f"{scope}/encoder/layer_{layer}"
+        values[f"{tf1}/attention/self/query/kernel"] = tensors[f"{hf}.attention.self.query.weight"].T
+        values[f"{tf1}/intermediate/dense/kernel"] = _tensor(tensors, f"{hf}.intermediate.dense.weight", role).T
+        layer += 1
+    head = {"discriminator": ("discriminator_predictions.dense.weight", "discriminator_predictions/dense/kernel"),
+            "generator": ("generator_lm_head.bias", "generator_predictions/output_bias")}[role]
+    values[head[1]] = _tensor(tensors, head[0], role)
+    return values
+
+
+def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
+    """PretrainedWeights (TF1-named values, inferred config, vocab) from an HF dir.
+
+    A discriminator with a generator becomes an ELECTRA model (the generator's embedding block
+    must equal the discriminator's, as in the released models, unless it has its own width); a
+    discriminator alone, the same with the generator left out; a generator alone, an MLM-only
+    ("bert" objective) model.
+    """
+    from electra_tf.checkpoints import PretrainedWeights
+    dirs = network_dirs(path)
+    tensors = {role: _load_tensors(directory) for role, directory in dirs.items()}
+    # Pass 1: the shapes, for the config.
+    shapes: Dict[str, np.ndarray] = {}
+    if "discriminator" in tensors:
+        shapes.update(_shape_names(tensors["discriminator"], "discriminator", "electra", "electra/embeddings"))
+    if "generator" in tensors:
+        gen = tensors["generator"]
+        if "discriminator" not in tensors:
+            shapes.update(_shape_names(gen, "generator", "electra", "electra/embeddings"))
+        else:
+            width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
+            own = width != shapes["electra/embeddings/word_embeddings"].shape[1]
+            shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
+    config = infer_config(shapes, model_name, data_dir or str(path))
+    # Pass 2: every weight through the exact mapping of that config.
+    values: Dict[str, np.ndarray] = {}
+    networks = network_pairs(config)
+    for role in ("discriminator", "generator"):
+        if role in tensors:
+            _check_hf_config(dirs[role], networks[role][0])
+            _to_tf1(tensors[role], networks[role][1], role, dirs[role], values)
+    vocab = next(iter(dirs.values())) / "vocab.txt"
+    return PretrainedWeights(values, config, str(vocab) if vocab.is_file() else None)

@@ -1,0 +1,177 @@
+"""This project's model dirs (what run_pretraining.py writes): read their weights, write new ones.
+
+A model dir holds `config.json` (the effective PretrainingConfig), `vocab.txt` and TF2
+object-based checkpoints `ckpt-<step>` of `tf.train.Checkpoint(model=PretrainingModel,
+optimizer=..., ...)`. A dir written here holds the model and the optimizer (its `adam_m` /
+`adam_v` slots and `iterations`, the original's global_step), so `run_pretraining.py` continues
+from it (`init_checkpoint`, or resuming in place) and fine-tuning starts from its `electra/*`.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator, NamedTuple, Optional
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
+from electra_tf.optimization import create_optimizer
+from electra_tf.pretraining import PretrainingModel
+from electra_tf.tokenization import load_vocab
+from electra_tf.checkpoints.original import read_checkpoint
+from electra_tf.checkpoints.report import GLOBAL_STEP, LoadReport, assign_weights, variable_name
+
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.txt"
+# Variables a pretraining model must get from any source. The generator may be absent (e.g. an
+# HF discriminator download): it then starts as initialised, listed as missing; but a generator
+# that is there must be complete.
+REQUIRED = ("electra/", "discriminator_predictions/")
+OPTIONAL = ("generator/", "generator_predictions/")
+
+
+class Built(NamedTuple):
+    model: PretrainingModel
+    optimizer: object  # AdamWeightDecay or Lamb (legacy tf_keras optimizers)
+    tracked_optimizer: object  # what the run checkpoints: the optimizer, or its loss-scale wrapper
+
+
+def is_model_dir(path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / CONFIG_FILE).is_file() and (path / "checkpoint").is_file()
+
+
+def special_ids(vocab_file) -> Dict[str, int]:
+    vocab = load_vocab(vocab_file)
+    return {"cls_id": vocab.index("[CLS]"), "sep_id": vocab.index("[SEP]"), "mask_id": vocab.index("[MASK]")}
+
+
+def check_vocab(vocab_file, vocab_size: int) -> None:
+    """The vocab must have as many tokens as the word-embedding table has rows."""
+    size = len(load_vocab(vocab_file))
+    if size != vocab_size:
+        raise InputError(f"vocab file {vocab_file} has {size} tokens but the word-embedding table has "
+                         f"{vocab_size} rows: it is not this model's vocab")
+
+
+def build(config: PretrainingConfig, vocab_file) -> Built:
+    """A PretrainingModel and its optimizer with all slots created (float32, no strategy)."""
+    model = PretrainingModel(config, **special_ids(vocab_file))
+    optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
+                                 weight_decay_rate=config.weight_decay_rate,
+                                 warmup_steps=config.num_warmup_steps,
+                                 lr_decay_power=config.lr_decay_power, optimizer=config.optimizer)
+    optimizer._create_all_weights(model.trainable_variables)  # slots and iterations, now
+    tracked = optimizer
+    if config.precision == "mixed_float16":  # as pretraining_runner wraps it
+        tracked = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return Built(model, optimizer, tracked)
+
+
+def optimizer_variables(optimizer) -> list:
+    """The Adam slots, which carry the original's names `<variable>/adam_m` / `/adam_v`."""
+    return [v for v in optimizer.variables() if variable_name(v).endswith(("/adam_m", "/adam_v"))]
+
+
+def weights_of(built: Built) -> Dict[str, np.ndarray]:
+    """Model variables, Adam slots and `global_step` (int64), keyed by TF1 name."""
+    values = {variable_name(v): v.numpy() for v in built.model.variables}
+    values.update({variable_name(v): v.numpy() for v in optimizer_variables(built.optimizer)})
+    values[GLOBAL_STEP] = np.asarray(built.optimizer.iterations.numpy(), np.int64)
+    return values
+
+
+def load_config(model_dir) -> PretrainingConfig:
+    path = Path(model_dir) / CONFIG_FILE
+    try:
+        return PretrainingConfig.from_json_file(path)
+    except (OSError, ValueError) as error:
+        raise InputError(f"{path}: cannot read the model's config ({error})") from None
+
+
+def latest_checkpoint(model_dir) -> str:
+    prefix = tf.train.latest_checkpoint(str(model_dir))
+    if prefix is None:
+        raise InputError(f"model dir {model_dir} holds no checkpoint (no `checkpoint` state file)")
+    return prefix
+
+
+def read_model_dir(model_dir, prefix: Optional[str] = None):
+    """(config, weights by TF1 name) of a model dir's latest checkpoint (or `prefix`)."""
+    config = load_config(model_dir)
+    vocab_file = Path(model_dir) / VOCAB_FILE
+    check_vocab(vocab_file, config.vocab_size)
+    prefix = prefix or latest_checkpoint(model_dir)
+    read_checkpoint(prefix)  # a clear error for a corrupt or partial checkpoint
+    built = build(config, vocab_file)
+    trackables = {"model": built.model, "optimizer": built.tracked_optimizer}
+    try:
+        tf.train.Checkpoint(**trackables).read(prefix).assert_existing_objects_matched().expect_partial()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        raise InputError(f"checkpoint {prefix} does not match the model of {model_dir / CONFIG_FILE}: "
+                         f"{str(error).splitlines()[0]}") from None
+    return config, weights_of(built)
+
+
+def check_output(output_dir, overwrite: bool) -> None:
+    """An existing output dir is refused unless `overwrite` (checked first, before any work)."""
+    if Path(output_dir).exists() and not overwrite:
+        raise InputError(f"output dir {output_dir} exists; pass --overwrite to replace it")
+
+
+@contextlib.contextmanager
+def staged_output(output_dir, overwrite: bool) -> Iterator[Path]:
+    """A temporary dir beside `output_dir` that becomes `output_dir` only when the block succeeds,
+    so a failed conversion leaves nothing half-written. An existing `output_dir` is an error
+    unless `overwrite` (then it is replaced at the end)."""
+    output_dir = Path(output_dir)
+    check_output(output_dir, overwrite)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        yield staging
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        os.replace(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_model_dir(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_file, output_dir,
+                    overwrite: bool = False) -> LoadReport:
+    """Writes a model dir (config.json, vocab.txt, ckpt-<global_step>) holding `values`.
+
+    Model variables under REQUIRED, and under each OPTIONAL scope the values have, must all be
+    present with matching shapes; Adam slots and `global_step` are loaded when present (slots
+    absent start at zero, step absent is 0).
+    """
+    check_vocab(vocab_file, config.vocab_size)
+    required = REQUIRED + tuple(scope for scope in OPTIONAL if any(name.startswith(scope) for name in values))
+    built = build(config, vocab_file)
+    report = assign_weights(built.model.variables, values, required_prefix=required)
+    slots = assign_weights(optimizer_variables(built.optimizer), values, required_prefix=None)
+    step = int(values.get(GLOBAL_STEP, 0))
+    built.optimizer.iterations.assign(step)
+    used = set(report.loaded) | set(slots.loaded) | ({GLOBAL_STEP} if GLOBAL_STEP in values else set())
+    report = LoadReport(loaded=sorted(report.loaded + slots.loaded + sorted(used & {GLOBAL_STEP})),
+                        missing=sorted(report.missing + slots.missing),
+                        unused=sorted(set(values) - used))
+    save_built(built, config, vocab_file, output_dir, overwrite)
+    return report
+
+
+def save_built(built: Built, config: PretrainingConfig, vocab_file, output_dir, overwrite: bool = False) -> str:
+    """Writes a built model and optimizer as a model dir; returns the checkpoint's path."""
+    step = int(built.optimizer.iterations.numpy())
+    with staged_output(output_dir, overwrite) as staging:
+        shutil.copyfile(vocab_file, staging / VOCAB_FILE)
+        config.save(staging / CONFIG_FILE)
+        checkpoint = tf.train.Checkpoint(model=built.model, optimizer=built.tracked_optimizer)
+        tf.train.CheckpointManager(checkpoint, str(staging), max_to_keep=None).save(checkpoint_number=step)
+    return str(Path(output_dir) / f"ckpt-{step}")
+

@@ -1,0 +1,72 @@
+"""A SavedModel of the discriminator that reads raw text: tokenization runs inside the graph.
+
+Signature `serving_default(text: tf.string [B])` returns
+    input_ids             int32 [B, L]   [CLS] tokens [SEP], zero-padded to the batch's longest
+    input_mask            int32 [B, L]   1 on tokens, 0 on padding
+    replaced_probability  float32 [B, L] sigmoid of the replaced-token logit; 0 on padding
+with L ≤ max_seq_length (longer texts are cut to max_seq_length - 2 tokens, as the original's
+fine-tuning featurizer). Loading it needs `import tensorflow_text` first (its WordPiece op).
+"""
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from electra_tf.errors import InputError
+from electra_tf.modeling import DiscriminatorHead, build_encoder
+from electra_tf.modeling.layer_utils import build_in_scope
+from electra_tf.tokenization import Tokenizer
+from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, read_model_dir, staged_output
+from electra_tf.checkpoints.report import LoadReport, assign_weights
+
+SIGNATURE = "serving_default"
+
+
+def encode(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
+    """text tf.string [B] → (input_ids, input_mask) int32 [B, L]: [CLS] t1 .. tn [SEP], padded."""
+    tokens = tokenizer.tokenize(text)[:, : max_seq_length - 2]  # [B, (T)]
+    batch = tf.shape(text)[0]
+    cls = tf.fill([batch, 1], tf.constant(tokenizer.cls_id, tf.int32))
+    sep = tf.fill([batch, 1], tf.constant(tokenizer.sep_id, tf.int32))
+    ids = tf.concat([cls, tokens, sep], axis=1)  # [B, (T + 2)]
+    mask = tf.ones_like(ids)
+    return ids.to_tensor(tokenizer.pad_id), mask.to_tensor(0)
+
+
+class DiscriminatorServer(tf.Module):
+    """Tokenizer + discriminator encoder + replaced-token head, served on raw strings."""
+
+    def __init__(self, tokenizer: Tokenizer, encoder, head, max_seq_length: int):
+        super().__init__(name="electra_discriminator")
+        self.tokenizer, self.encoder, self.head = tokenizer, encoder, head
+        self.max_seq_length = max_seq_length
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        input_ids, input_mask = encode(self.tokenizer, text, self.max_seq_length)  # [B, L]
+        sequence = self.encoder(input_ids, input_mask, tf.zeros_like(input_ids), training=False)  # [B, L, H]
+        probability = tf.sigmoid(self.head(sequence)) * tf.cast(input_mask, tf.float32)  # [B, L]
+        return {"input_ids": input_ids, "input_mask": input_mask, "replaced_probability": probability}
+
+
+def build_server(config, values, vocab_file) -> tuple:
+    """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned."""
+    if config.objective not in ("electra", "electra_15") and "discriminator_predictions/dense/kernel" not in values:
+        raise InputError(f"objective {config.objective!r} has no replaced-token head to serve")
+    disc = config.discriminator_config()
+    encoder = build_encoder(disc)
+    head = DiscriminatorHead(disc)
+    build_in_scope(head, None)
+    report = assign_weights(encoder.variables + head.variables, values, required_prefix="")
+    tokenizer = Tokenizer(vocab_file, do_lower_case=config.do_lower_case)
+    return DiscriminatorServer(tokenizer, encoder, head, config.max_seq_length), report
+
+
+def export_saved_model(model_dir, output_dir, overwrite: bool = False) -> LoadReport:
+    """Writes the discriminator of a model dir's latest checkpoint as a SavedModel."""
+    check_output(output_dir, overwrite)
+    config, values = read_model_dir(model_dir)
+    server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE)
+    with staged_output(output_dir, overwrite) as staging:
+        tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve})
+    return report

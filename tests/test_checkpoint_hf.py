@@ -1,0 +1,179 @@
+"""HF transformers interop: exported dirs load into ElectraForPreTraining / ElectraForMaskedLM with
+every parameter set, and their logits equal ours within 1e-5 on GLUE sentences; import is exact."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import convert_checkpoint
+from checkpoint_helpers import encode_pairs, mrpc_pairs, randomize
+from electra_tf.checkpoints import model_dir, read_pretrained
+from electra_tf.checkpoints.hf import network_pairs
+from electra_tf.config import PretrainingConfig
+from electra_tf.tokenization import Tokenizer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+TOLERANCE = 1e-5
+HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
+
+
+@pytest.fixture(scope="module")
+def glue_batch(shared_data, vocab_file):
+    """Eight MRPC dev pairs as [CLS] a [SEP] b [SEP], padded: both segments and padding exercised."""
+    return encode_pairs(Tokenizer(vocab_file), mrpc_pairs(shared_data, 8))
+
+
+def _write_model_dir(tmp_path, vocab_file, size, seed, train_steps=0, batch=None):
+    """A model dir of `size` with random weights everywhere, optionally trained a few steps."""
+    config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": size, "max_seq_length": 64,
+                                                                  "learning_rate": 1e-3})
+    built = model_dir.build(config, vocab_file)
+    randomize(built.model.variables, seed)
+    if train_steps:
+        ids, mask, segments = batch
+        features = {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+        for step in range(train_steps):
+            with tf.GradientTape() as tape:
+                loss = built.model(features, training=True, seed=tf.constant([seed, step])).loss
+            variables = built.model.trainable_variables
+            built.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    out = tmp_path / "models" / f"{size}_{seed}"
+    model_dir.save_built(built, config, vocab_file, out)
+    return out, built, config
+
+
+def _our_logits(built, batch):
+    ids, mask, segments = batch
+    network = built.model.network
+    return (network.discriminator_logits(ids, mask, segments).numpy(),
+            network.generator_logits(ids, mask, segments).numpy())
+
+
+def _hf_logits(hf_dir, batch, expected_values, config):
+    """Loads both HF networks, checks every parameter came from the files, returns their logits."""
+    ids, mask, segments = (torch.tensor(a, dtype=torch.long) for a in batch)
+    logits = {}
+    networks = network_pairs(config)
+    for role, class_name in HF_CLASSES.items():
+        model, info = getattr(transformers, class_name).from_pretrained(
+            str(hf_dir / role), output_loading_info=True, attn_implementation="eager")
+        assert all(not keys for keys in info.values()), info  # nothing missing, unexpected, mismatched
+        state = {k: v.numpy() for k, v in model.state_dict().items()}
+        pairs = {hf: (tf1, transposed) for tf1, hf, transposed in networks[role][1]}
+        if role == "generator":  # tied to the word table
+            pairs["generator_lm_head.weight"] = ("electra/embeddings/word_embeddings", False)
+        assert set(state) == set(pairs)  # every HF parameter is one of ours
+        for key, (tf1, transposed) in pairs.items():
+            expected = expected_values[tf1].T if transposed else expected_values[tf1]
+            np.testing.assert_array_equal(state[key], expected, err_msg=key)
+        with torch.no_grad():
+            logits[role] = model.eval()(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits.numpy()
+    return logits["discriminator"], logits["generator"]
+
+
+def _assert_close(ours, theirs, mask):
+    """Max abs difference on real tokens (padding positions are not defined outputs)."""
+    valid = mask.astype(bool)
+    assert np.abs(ours - theirs)[valid].max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("size, train_steps", [("tiny", 0), ("small", 0), ("tiny", 3)],
+                         ids=["tiny-random", "small-random", "tiny-trained"])
+def test_export_to_hf_has_parity(tmp_path, vocab_file, glue_batch, size, train_steps):
+    source, built, config = _write_model_dir(tmp_path, vocab_file, size, seed=7, train_steps=train_steps,
+                                             batch=glue_batch)
+    out = tmp_path / "hf"
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
+    values = model_dir.weights_of(built)
+    disc, gen = _our_logits(built, glue_batch)
+    hf_disc, hf_gen = _hf_logits(out, glue_batch, values, config)
+    _assert_close(disc, hf_disc, glue_batch[1])
+    _assert_close(gen, hf_gen, glue_batch[1])
+    hf_config = json.loads((out / "discriminator" / "config.json").read_text())
+    assert hf_config["hidden_act"] == "gelu" and hf_config["layer_norm_eps"] == 1e-12
+    if train_steps:  # import(export(x)) == x for the trained weights, optimizer state aside
+        imported = tmp_path / "models" / "back"
+        assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(imported)]) == 0
+        back = read_pretrained(imported)
+        assert back.config.architecture_dict() == config.architecture_dict()
+        for name in (v.name.split(":")[0] for v in built.model.variables):
+            np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
+
+
+def test_exported_tokenizer_matches_ours(tmp_path, vocab_file, shared_data):
+    source, _, _ = _write_model_dir(tmp_path, vocab_file, "tiny", seed=1)
+    out = tmp_path / "hf"
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
+    theirs = transformers.AutoTokenizer.from_pretrained(str(out / "discriminator"))
+    texts = [text for pair in mrpc_pairs(shared_data, 20) for text in pair]
+    flat, splits = Tokenizer(vocab_file).tokenize_batch(texts)
+    for i, text in enumerate(texts):
+        assert theirs(text, add_special_tokens=False)["input_ids"] == flat[splits[i]:splits[i + 1]].tolist()
+
+
+def test_import_of_an_hf_download(tmp_path, vocab_file, glue_batch, capsys):
+    """A dir as HF publishes the released models (save_pretrained of torch models, torch's own
+    random init) imports with every weight, and our logits equal theirs."""
+    hf_config = dict(vocab_size=30522, embedding_size=64, hidden_size=128, num_hidden_layers=2,
+                     num_attention_heads=2, intermediate_size=512)
+    torch.manual_seed(0)
+    disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(**hf_config))
+    gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        **{**hf_config, "hidden_size": 64, "num_attention_heads": 1, "intermediate_size": 256}))
+    with torch.no_grad():
+        for module in (disc, gen):  # nonzero biases and LayerNorms everywhere
+            for name, parameter in module.named_parameters():
+                if "embeddings" not in name or "LayerNorm" in name:
+                    parameter.add_(0.05 * torch.randn_like(parameter))
+        gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())  # shared, as released
+    download = tmp_path / "download"
+    for role, module in (("discriminator", disc), ("generator", gen)):
+        module.save_pretrained(str(download / role))
+        (download / role / "vocab.txt").write_bytes(vocab_file.read_bytes())
+    out = tmp_path / "models" / "from_hf"
+    assert convert_checkpoint.main(["from-hf", "--hf-dir", str(download), "--output-dir", str(out)]) == 0
+    weights = read_pretrained(out)
+    assert weights.config.model_size == "tiny"
+    built = model_dir.build(weights.config, vocab_file)
+    report = model_dir.assign_weights(built.model.variables, weights.values)
+    assert report.missing == []
+    disc_logits, gen_logits = _our_logits(built, glue_batch)
+    hf_disc, hf_gen = _hf_logits(download, glue_batch, weights.values, weights.config)
+    _assert_close(disc_logits, hf_disc, glue_batch[1])
+    _assert_close(gen_logits, hf_gen, glue_batch[1])
+    # a discriminator download alone: the generator stays as initialised, and the report says so
+    alone = tmp_path / "models" / "discriminator_only"
+    assert convert_checkpoint.main(["from-hf", "--hf-dir", str(download / "discriminator"),
+                                    "--output-dir", str(alone)]) == 0
+    out = capsys.readouterr().out
+    assert "missing (left as initialised):" in out and "generator/* (" in out and "generator_predictions/* (" in out
+    only = read_pretrained(alone).values
+    assert all(np.array_equal(only[name], weights.values[name]) for name in weights.values
+               if name.startswith(("electra/", "discriminator_predictions/")))
+
+
+def test_hf_bad_input(tmp_path, vocab_file, capsys):
+    source, _, _ = _write_model_dir(tmp_path, vocab_file, "tiny", seed=2)
+    out = tmp_path / "hf"
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 2
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    (out / "generator" / "model.safetensors").write_bytes(b"not safetensors")
+    code = convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(tmp_path / "models" / "x")])
+    assert code == 2 and "cannot read the weights" in capsys.readouterr().err
+    assert not (tmp_path / "models" / "x").exists()
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out),
+                                    "--overwrite"]) == 0
+    for role in ("discriminator", "generator"):
+        (out / role / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    code = convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(tmp_path / "models" / "x")])
+    assert code == 2 and "has 5 tokens but the word-embedding table has 30522 rows" in capsys.readouterr().err
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
+    code = convert_checkpoint.main(["from-hf", "--hf-dir", str(bert), "--output-dir", str(tmp_path / "models" / "x")])
+    assert code == 2 and "no HF ELECTRA config.json" in capsys.readouterr().err
+    assert not (tmp_path / "models" / "x").exists()
