@@ -1,0 +1,393 @@
+"""Pretraining step throughput on CPU: this project vs. Model Garden's ElectraPretrainer vs. HF PyTorch.
+
+One ELECTRA-Small training step (discriminator hidden 256, 12 layers, 4 heads, FFN 1024, embedding 128;
+generator hidden 64, 1 head, FFN 256, 12 layers; vocab 30522; seq 128; 19 predictions per row;
+dropout 0.1) with an AdamW update and global-norm clipping at 1.0, for each variant:
+
+- ours: `electra_tf` PretrainingModel + `make_train_step` (in-graph masking and Gumbel sampling,
+  MLM head at the masked positions only, exact GELU, our AdamWeightDecay from `create_optimizer`),
+  TF graph mode (tf.function); `ours_xla` is the same step with `jit_compile=True`.
+- mg / mg_no_onednn: Model Garden's `ElectraPretrainTask.train_step` on its `ElectraPretrainer`
+  (BertEncoder, its default tanh GELU, MLM + 50 x RTD losses and its metrics), with its own
+  `official.modeling.optimization` AdamW (the electra/pretraining experiment's settings), in
+  TF's default oneDNN mode and with TF_ENABLE_ONEDNN_OPTS=0. Masking is done beforehand, as MG
+  reads it from the input pipeline. (MG's trainer enables XLA on GPUs only, so not here.)
+- hf: HF transformers `ElectraForMaskedLM` (generator) + `ElectraForPreTraining` (discriminator),
+  embedding block shared and generator output layer tied to it, Gumbel sampling at the masked
+  positions, loss = MLM + 50 x RTD, clip_grad_norm_(1.0), torch.optim.AdamW (eager PyTorch).
+
+The machine is shared and its speed drifts, so the variants run side by side in long-lived
+subprocesses (one per variant: oneDNN is chosen when TF starts) and are stepped in turn, round
+after round: each round times one step of every variant and one fp32 GEMM measurement, so all
+of them see the same load. Warm-up steps (tracing, compiling) are excluded; each variant's
+tokens/s is batch x 128 / its median step time. The GEMM peak is the best tf.matmul GFLOP/s
+(1024^2 and 2048^2 matrices, both threads) over all rounds.
+
+    .venv/bin/python benchmarks/pretrain_throughput.py [--batch-sizes 32 128] [--steps 3]
+        [--warmup 2] [--variants ours,mg,mg_no_onednn,hf]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SEQ, VOCAB, PREDICTIONS = 128, 30522, 19
+DISC = dict(hidden=256, layers=12, heads=4, ffn=1024)
+GEN = dict(hidden=64, layers=12, heads=1, ffn=256)
+EMBEDDING = 128
+SPECIAL_IDS = dict(cls_id=101, sep_id=102, mask_id=103)
+VARIANTS = ("ours", "ours_xla", "mg", "mg_no_onednn", "hf")
+DEFAULT_VARIANTS = ("ours", "mg", "mg_no_onednn", "hf")
+LABELS = {"ours": "ours (electra_tf, graph)", "ours_xla": "ours (electra_tf, XLA)",
+          "mg": "Model Garden, oneDNN on (default)", "mg_no_onednn": "Model Garden, oneDNN off",
+          "hf": "HF transformers PyTorch (eager)"}
+PROTOCOL = "@@ "  # prefix of the lines a worker sends back to the driver
+
+
+# ----------------------------------------------------------------------------- FLOPs
+
+def encoder_macs_per_token(hidden: int, layers: int, ffn: int) -> int:
+    """Dense matmuls + attention of one encoder, per token: the E->H projection, and per layer
+    Q/K/V/output (4 H^2), the FFN (2 H F), scores and context (2 L H)."""
+    return EMBEDDING * hidden + layers * (4 * hidden * hidden + 2 * hidden * ffn + 2 * SEQ * hidden)
+
+
+def training_flops_per_token() -> float:
+    """3 x forward FLOPs (2 per MAC): generator and discriminator encoders, the MLM head at the
+    19 masked positions only (dense Hg->E and the E x V output matmul, / 128 tokens), and the
+    discriminator head (H x H + H x 1). Embedding lookups, LayerNorm, softmax, GELU, dropout,
+    sampling, losses and the optimizer update are not counted."""
+    generator = encoder_macs_per_token(GEN["hidden"], GEN["layers"], GEN["ffn"])
+    mlm_head = PREDICTIONS / SEQ * (GEN["hidden"] * EMBEDDING + EMBEDDING * VOCAB)
+    discriminator = encoder_macs_per_token(DISC["hidden"], DISC["layers"], DISC["ffn"])
+    disc_head = DISC["hidden"] * DISC["hidden"] + DISC["hidden"]
+    return 3 * 2 * (generator + mlm_head + discriminator + disc_head)
+
+
+# ----------------------------------------------------------------------------- variants
+# Each builder returns `run(i)`, which performs step i and blocks until it is done.
+
+def _token_batch(batch: int):
+    """Fixed synthetic rows: [CLS] random ids [SEP], no padding (numpy int32 [B, L] ids and mask)."""
+    import numpy as np
+    rng = np.random.RandomState(batch)
+    ids = rng.randint(1000, VOCAB, size=(batch, SEQ)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = SPECIAL_IDS["cls_id"], SPECIAL_IDS["sep_id"]
+    return ids, np.ones_like(ids)
+
+
+def _masked_batch(batch: int) -> dict:
+    """The batch masked once with this project's masking (for MG and HF, which mask outside the step)."""
+    import tensorflow as tf
+    from electra_tf.objectives import mask_tokens
+    ids, mask = _token_batch(batch)
+    masked = mask_tokens(tf.constant(ids), tf.constant(mask), max_predictions_per_seq=PREDICTIONS,
+                         seed=tf.constant([1, 2]), **SPECIAL_IDS)
+    out = {k: v.numpy() for k, v in masked._asdict().items()}
+    out.update(input_ids=ids, input_mask=mask)
+    return out
+
+
+def build_gemm(batch: int):
+    """run(i) -> best fp32 tf.matmul GFLOP/s of a few 1024^2 and 2048^2 products."""
+    import tensorflow as tf
+    matrices = {n: (tf.random.normal([n, n]), tf.random.normal([n, n])) for n in (1024, 2048)}
+
+    def run(i):
+        best = 0.0
+        for n, (a, b) in matrices.items():
+            for _ in range(3):
+                start = time.perf_counter()
+                tf.matmul(a, b).numpy()
+                best = max(best, 2 * n ** 3 / (time.perf_counter() - start) / 1e9)
+        return best
+
+    return run
+
+
+def build_ours(batch: int, jit_compile: bool = False):
+    import tensorflow as tf
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.optimization import create_optimizer
+    from electra_tf.pretraining import PretrainingModel
+    from electra_tf.training import make_train_step
+
+    config = PretrainingConfig.from_hparams("bench", "/unused", dict(
+        model_size="small", train_batch_size=batch, max_seq_length=SEQ, vocab_size=VOCAB))
+    assert config.max_predictions_per_seq == PREDICTIONS
+    model = PretrainingModel(config, **SPECIAL_IDS)
+    optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
+                                 config.weight_decay_rate, config.num_warmup_steps)
+    optimizer.iterations.assign(config.num_warmup_steps)  # past warm-up: a non-zero LR
+    step = tf.function(make_train_step(model, optimizer, jit_compile=jit_compile))
+    ids, mask = _token_batch(batch)
+    features = dict(input_ids=tf.constant(ids), input_mask=tf.constant(mask), segment_ids=tf.zeros_like(ids))
+    return lambda i: step(features, tf.constant([0, i])).numpy()
+
+
+def _shim_pkg_resources() -> None:
+    """`official.nlp.tasks` imports tensorflow_hub, which imports `pkg_resources.parse_version`;
+    the venv has no setuptools, so provide that one function from `packaging`."""
+    import types
+    try:
+        import pkg_resources  # noqa: F401
+    except ImportError:
+        from packaging.version import parse
+        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
+
+
+def build_mg(batch: int):
+    import tensorflow as tf
+    _shim_pkg_resources()
+    from official.modeling import optimization
+    from official.nlp.configs import electra, encoders
+    from official.nlp.data import pretrain_dataloader
+    from official.nlp.tasks import electra_task
+
+    def encoder(sizes):
+        return encoders.EncoderConfig(type="bert", bert=encoders.BertEncoderConfig(
+            vocab_size=VOCAB, hidden_size=sizes["hidden"], num_layers=sizes["layers"],
+            num_attention_heads=sizes["heads"], intermediate_size=sizes["ffn"],
+            embedding_size=EMBEDDING, max_position_embeddings=512, type_vocab_size=2))
+
+    task = electra_task.ElectraPretrainTask(electra_task.ElectraPretrainConfig(
+        model=electra.ElectraPretrainerConfig(
+            generator_encoder=encoder(GEN), discriminator_encoder=encoder(DISC),
+            num_masked_tokens=PREDICTIONS, sequence_length=SEQ, cls_heads=[]),
+        train_data=pretrain_dataloader.BertPretrainDataConfig(
+            seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, use_next_sentence_label=False)))
+    model, metrics = task.build_model(), task.build_metrics(training=True)
+    # The electra/pretraining experiment's optimizer: AdamW, wd 0.01 except LayerNorm/bias,
+    # clip 1.0, polynomial decay with polynomial warm-up.
+    factory = optimization.OptimizerFactory(optimization.OptimizationConfig({
+        "optimizer": {"type": "adamw", "adamw": {
+            "weight_decay_rate": 0.01, "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"]}},
+        "learning_rate": {"type": "polynomial", "polynomial": {
+            "initial_learning_rate": 5e-4, "decay_steps": 1000000, "end_learning_rate": 0.0}},
+        "warmup": {"type": "polynomial", "polynomial": {"warmup_steps": 10000}}}))
+    optimizer = factory.build_optimizer(factory.build_learning_rate())
+    optimizer.iterations.assign(10000)
+    m = _masked_batch(batch)
+    inputs = {name: tf.constant(value) for name, value in dict(
+        input_word_ids=m["masked_input_ids"], input_mask=m["input_mask"],
+        input_type_ids=0 * m["input_ids"], masked_lm_positions=m["masked_lm_positions"],
+        masked_lm_ids=m["masked_lm_ids"], masked_lm_weights=m["masked_lm_weights"]).items()}
+    step = tf.function(lambda x: task.train_step(x, model, optimizer, metrics)[task.loss])
+    return lambda i: step(inputs).numpy()
+
+
+def build_hf(batch: int):
+    import torch
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+    def config(sizes):
+        return ElectraConfig(vocab_size=VOCAB, embedding_size=EMBEDDING, hidden_size=sizes["hidden"],
+                             num_hidden_layers=sizes["layers"], num_attention_heads=sizes["heads"],
+                             intermediate_size=sizes["ffn"], max_position_embeddings=512)
+
+    torch.manual_seed(0)
+    generator, discriminator = ElectraForMaskedLM(config(GEN)), ElectraForPreTraining(config(DISC))
+    generator.electra.embeddings = discriminator.electra.embeddings  # ELECTRA's shared embedding block
+    generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+    params = {id(p): (n, p) for model in (discriminator, generator) for n, p in model.named_parameters()}
+    no_decay = [p for n, p in params.values() if "LayerNorm" in n or "bias" in n]
+    decay = [p for n, p in params.values() if not ("LayerNorm" in n or "bias" in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=5e-4, eps=1e-6)
+    m = {k: torch.from_numpy(v) for k, v in _masked_batch(batch).items()}
+    positions = m["masked_lm_positions"].long()  # [B, N]; unused slots point at 0
+    used = m["masked_lm_weights"] > 0
+    labels = torch.full_like(m["input_ids"], -100, dtype=torch.long)  # MLM targets at masked positions
+    labels.scatter_(1, positions, torch.where(used, m["masked_lm_ids"].long(), -100))
+    ids, mask, masked_ids = m["input_ids"].long(), m["input_mask"].long(), m["masked_input_ids"].long()
+    generator.train(), discriminator.train()
+
+    def run(i):
+        gen_out = generator(input_ids=masked_ids, attention_mask=mask, labels=labels)
+        with torch.no_grad():  # Gumbel-max samples at the masked positions, as the original
+            logits = torch.gather(gen_out.logits, 1, positions[..., None].expand(-1, -1, VOCAB))
+            uniform = torch.rand(logits.shape)
+            sampled = torch.argmax(logits - torch.log(-torch.log(uniform + 1e-9) + 1e-9), -1)
+            fake = ids.scatter(1, positions, torch.where(used, sampled, ids.gather(1, positions)))
+            is_replaced = (fake != ids).long()
+        disc_out = discriminator(input_ids=fake, attention_mask=mask, labels=is_replaced)
+        loss = gen_out.loss + 50.0 * disc_out.loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in params.values()], 1.0)
+        optimizer.step()
+        return float(loss)
+
+    return run
+
+
+BUILDERS = {"gemm": build_gemm, "ours": build_ours, "ours_xla": lambda b: build_ours(b, jit_compile=True),
+            "mg": build_mg, "mg_no_onednn": build_mg, "hf": build_hf}
+
+
+def _peak_rss_gb() -> float:
+    """This process's peak resident memory (Linux VmHWM), in GB; 0 where unknown."""
+    try:
+        with open("/proc/self/status") as status:
+            line = next(line for line in status if line.startswith("VmHWM:"))
+        return int(line.split()[1]) / 2 ** 20
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def serve(variant: str, batch: int, warmup: int) -> None:
+    """Worker: build, run the warm-up steps, then run one step per "step" line from the driver
+    and answer with its seconds (or, for gemm, its GFLOP/s) and its peak memory."""
+    run = BUILDERS[variant](batch)
+    for i in range(warmup):
+        run(i)
+    print(f"{PROTOCOL}0 {_peak_rss_gb():.2f}", flush=True)
+    for i, line in enumerate(sys.stdin, start=warmup):
+        if line.strip() != "step":
+            break
+        start = time.perf_counter()
+        value = run(i)
+        elapsed = time.perf_counter() - start
+        print(f"{PROTOCOL}{value if variant == 'gemm' else elapsed} {_peak_rss_gb():.2f}", flush=True)
+
+
+# ----------------------------------------------------------------------------- driver
+
+class Worker:
+    """One variant in its own interpreter, stepped on demand through stdin/stdout."""
+
+    def __init__(self, variant: str, batch: int, warmup: int):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        env["TF_ENABLE_ONEDNN_OPTS"] = "0" if variant == "mg_no_onednn" else "1"
+        self.variant = variant
+        self.log = tempfile.TemporaryFile("w+")  # the worker's stderr (a pipe could fill up and block it)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", variant, "--batch-sizes", str(batch), "--warmup", str(warmup)],
+            env=env, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+
+    def receive(self) -> float:
+        """The worker's next answer (0 for "ready"); records its peak memory."""
+        for line in self.proc.stdout:
+            if line.startswith(PROTOCOL):
+                value, self.peak_rss_gb = map(float, line[len(PROTOCOL):].split())
+                return value
+        self.log.seek(0)
+        sys.exit(f"worker {self.variant} died (exit {self.proc.wait()}):\n{self.log.read()[-4000:]}")
+
+    def step(self) -> float:
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        return self.receive()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+        self.log.close()
+
+
+def measure(batch: int, variants, args) -> dict:
+    """{variant: [seconds per timed step]}, {"gemm": [GFLOP/s per step taken]} for one batch size.
+
+    Up to --interleave-max-batch every variant's worker is alive at once and they are stepped in
+    turn, round after round; above it (a worker then needs several GB) one variant at a time runs
+    all its steps, with a GEMM measurement after each step.
+    """
+    def start(variant):
+        begin = time.perf_counter()
+        worker = Worker(variant, batch, 0 if variant == "gemm" else args.warmup)
+        worker.receive()
+        print(f"  batch {batch}: {variant} ready after {time.perf_counter() - begin:.0f} s "
+              f"(peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
+        return worker
+
+    gemm = start("gemm")
+    results = {"gemm": []}
+    groups = [variants] if batch <= args.interleave_max_batch else [[v] for v in variants]
+    for group in groups:
+        workers = [start(variant) for variant in group]  # built one at a time: no overlapping builds
+        for worker in workers:
+            results[worker.variant] = []
+        for round_index in range(args.steps):
+            for worker in workers:
+                results[worker.variant].append(worker.step())
+                results["gemm"].append(gemm.step())
+        for worker in workers:
+            print(f"  batch {batch}: {worker.variant} done (peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
+            worker.close()
+    gemm.close()
+    return results
+
+
+def report(results: dict, variants, batch_sizes) -> None:
+    flops = training_flops_per_token()
+    gemm = max(max(results[batch]["gemm"]) for batch in batch_sizes)
+    print(f"\nModel FLOPs per trained token: {flops / 1e6:.1f} MFLOP = 3 (fwd + bwd) x 2 x MACs of: generator and "
+          f"discriminator encoders (E->H projection; per layer 4H^2 + 2HF + 2LH), MLM head at the "
+          f"{PREDICTIONS}/{SEQ} masked positions (Hg*E + E*V), discriminator head (H^2 + H).")
+    print(f"fp32 GEMM peak (best tf.matmul over all rounds): {gemm:.1f} GFLOP/s; "
+          f"MFU = tokens/s x FLOPs/token / peak.\n")
+    print(f"{'variant':36s} {'batch':>5s} {'step s':>7s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'MFU':>6s}  timed steps (s)")
+    rates = {}
+    for batch in batch_sizes:
+        for variant in variants:
+            times = results[batch][variant]
+            rate = rates[variant, batch] = batch * SEQ / statistics.median(times)
+            print(f"{LABELS[variant]:36s} {batch:5d} {statistics.median(times):7.2f} {rate:9.0f} "
+                  f"{rate * flops / 1e9:8.1f} {rate * flops / 1e9 / gemm:6.1%}  "
+                  f"{' '.join(f'{t:.2f}' for t in times)}")
+    print()
+    for batch in batch_sizes:
+        for ours in ("ours", "ours_xla"):
+            if (ours, batch) not in rates:
+                continue
+            mg = [rates[v, batch] for v in ("mg", "mg_no_onednn") if (v, batch) in rates]
+            ratios = [f"batch {batch}: {LABELS[ours]}"]
+            if mg:
+                ratios.append(f"/ best Model Garden = {rates[ours, batch] / max(mg):.2f}x")
+            if ("hf", batch) in rates:
+                ratios.append(f"/ HF PyTorch = {rates[ours, batch] / rates['hf', batch]:.2f}x")
+            print("  ".join(ratios))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--steps", type=int, default=3, help="timed steps (rounds) per batch size")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, compiling)")
+    parser.add_argument("--interleave-max-batch", type=int, default=64,
+                        help="largest batch size whose variants run side by side (memory: about 2-3 GB "
+                             "each at 32, 8-9 GB each at 128)")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help=f"comma-separated subset of {','.join(VARIANTS)}")
+    parser.add_argument("--worker", choices=tuple(BUILDERS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        serve(args.worker, args.batch_sizes[0], args.warmup)
+        return
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+    if "hf" in variants:
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError:
+            print("torch / transformers not importable: skipping the HF variant")
+            variants.remove("hf")
+    print(f"{os.cpu_count()} CPUs; batch sizes {args.batch_sizes}, seq {SEQ}; {args.warmup} warm-up + "
+          f"{args.steps} timed steps per batch size; variants: {', '.join(variants)}", flush=True)
+    results = {batch: measure(batch, variants, args) for batch in args.batch_sizes}
+    report(results, variants, args.batch_sizes)
+
+
+if __name__ == "__main__":
+    main()
