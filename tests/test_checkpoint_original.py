@@ -121,6 +121,9 @@ def test_pretraining_continues_from_an_import(imported, pretraining_data_dir, ca
     assert resumed.endswith(f"ckpt-{STEP + 2}")
     names = {name for name, _ in tf.train.list_variables(resumed)}
     assert any(name.startswith("iterator/") for name in names)  # a normal run checkpoint from here on
+    # ... which the converters read too (its input-iterator state is not a weight)
+    weights = read_pretrained(pretraining_data_dir / "models" / "in_place")
+    assert int(weights.values["global_step"]) == STEP + 2 and not any("iterator" in k for k in weights.values)
 
 
 def test_fine_tuning_takes_the_discriminator(released, imported):

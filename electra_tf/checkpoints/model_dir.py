@@ -78,11 +78,13 @@ def optimizer_variables(optimizer) -> list:
     return [v for v in optimizer.variables() if variable_name(v).endswith(("/adam_m", "/adam_v"))]
 
 
-def weights_of(built: Built) -> Dict[str, np.ndarray]:
-    """Model variables, Adam slots and `global_step` (int64), keyed by TF1 name."""
+def weights_of(built: Built, with_optimizer: bool = True) -> Dict[str, np.ndarray]:
+    """Model variables, and unless `with_optimizer` is false the Adam slots and `global_step`
+    (int64), keyed by TF1 name."""
     values = {variable_name(v): v.numpy() for v in built.model.variables}
-    values.update({variable_name(v): v.numpy() for v in optimizer_variables(built.optimizer)})
-    values[GLOBAL_STEP] = np.asarray(built.optimizer.iterations.numpy(), np.int64)
+    if with_optimizer:
+        values.update({variable_name(v): v.numpy() for v in optimizer_variables(built.optimizer)})
+        values[GLOBAL_STEP] = np.asarray(built.optimizer.iterations.numpy(), np.int64)
     return values
 
 
@@ -102,20 +104,23 @@ def latest_checkpoint(model_dir) -> str:
 
 
 def read_model_dir(model_dir, prefix: Optional[str] = None):
-    """(config, weights by TF1 name) of a model dir's latest checkpoint (or `prefix`)."""
+    """(config, weights by TF1 name) of a model dir's latest checkpoint (or `prefix`). A
+    checkpoint of the model alone (no optimizer) gives the model's weights alone."""
     config = load_config(model_dir)
     vocab_file = Path(model_dir) / VOCAB_FILE
     check_vocab(vocab_file, config.vocab_size)
     prefix = prefix or latest_checkpoint(model_dir)
-    read_checkpoint(prefix)  # a clear error for a corrupt or partial checkpoint
+    with_optimizer = any(key.startswith("optimizer/") for key in read_checkpoint(prefix))  # also checks it reads
     built = build(config, vocab_file)
-    trackables = {"model": built.model, "optimizer": built.tracked_optimizer}
+    trackables = {"model": built.model}
+    if with_optimizer:
+        trackables["optimizer"] = built.tracked_optimizer
     try:
         tf.train.Checkpoint(**trackables).read(prefix).assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         raise InputError(f"checkpoint {prefix} does not match the model of {model_dir / CONFIG_FILE}: "
                          f"{str(error).splitlines()[0]}") from None
-    return config, weights_of(built)
+    return config, weights_of(built, with_optimizer)
 
 
 def check_output(output_dir, overwrite: bool) -> None:

@@ -37,10 +37,12 @@ def resolve_prefix(path) -> str:
 
 
 def read_checkpoint(prefix: str) -> Dict[str, np.ndarray]:
-    """Every tensor of a checkpoint by key. A corrupt or partial checkpoint is an InputError."""
+    """Every numeric tensor of a checkpoint by key (a run's input-iterator state, a tf.variant, is
+    not one). A corrupt or partial checkpoint is an InputError."""
     try:
         reader = tf.train.load_checkpoint(prefix)
-        return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+        return {name: reader.get_tensor(name) for name, dtype in reader.get_variable_to_dtype_map().items()
+                if dtype.is_numpy_compatible}
     except (tf.errors.OpError, ValueError, IndexError) as error:  # IndexError: a truncated .data file
         raise InputError(f"checkpoint {prefix} is corrupt or incomplete: "
                          f"{str(error).strip().splitlines()[0]}") from None

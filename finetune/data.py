@@ -1,0 +1,79 @@
+"""Reading and featurizing every split a run needs, once for all its trials.
+
+`TaskData` holds, per task, the train features (all tasks concatenated into one training set, as
+the original's multi-task runs do), each dev split (MNLI: matched and mismatched) and, when test
+outputs are asked for, each test split with its examples (for their GLUE index).
+"""
+
+import dataclasses
+from pathlib import Path
+from typing import List, Optional
+
+from electra_tf.errors import InputError
+from electra_tf.tokenization import Tokenizer, load_vocab
+from finetune.config import FinetuningConfig
+from finetune.glue import Example, GlueTask, get_task, read_split, server_splits
+from finetune.inputs import Features, featurize
+
+
+@dataclasses.dataclass
+class EvalSplit:
+    task_id: int
+    task: GlueTask
+    name: str  # file stem: dev, dev_matched, test_mismatched, diagnostic, ...
+    prefix: str  # metric prefix ("mm_" for MNLI mismatched); for test splits the server file name
+    examples: List[Example]
+    features: Features
+
+
+@dataclasses.dataclass
+class TaskData:
+    tasks: List[GlueTask]
+    train: Optional[Features]
+    dev: List[EvalSplit]
+    test: List[EvalSplit]
+
+
+def make_tokenizer(config: FinetuningConfig) -> Tokenizer:
+    vocab = load_vocab(config.vocab_file)
+    if len(vocab) != config.vocab_size:
+        raise InputError(f"vocab file {config.vocab_file} has {len(vocab)} tokens but vocab_size is "
+                         f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
+    return Tokenizer(config.vocab_file, do_lower_case=config.do_lower_case)
+
+
+def _log_example(task: GlueTask, split: str, example: Example, features: Features, tokenizer: Tokenizer) -> None:
+    tokens = " ".join(tokenizer.convert_ids_to_tokens(features.token_ids[0]))
+    print(f"{task.name} {split} example 0: label {example.label!r}\n  tokens: {tokens}\n"
+          f"  segment_ids: {' '.join(map(str, features.segment_ids[0]))}", flush=True)
+
+
+def load_task_data(config: FinetuningConfig, tokenizer: Tokenizer) -> TaskData:
+    root = Path(config.raw_data_dir)
+    tasks = [get_task(name) for name in config.task_names]
+    limit = config.max_examples
+
+    def split_features(task_id, task, split):
+        # max_examples never cuts a test file: a server submission needs every row
+        rows = None if split in dict(server_splits(task)).values() else limit
+        examples = read_split(root, task, split, rows, config.double_unordered)
+        features = featurize(examples, tokenizer, config.max_seq_length, task_id, task.is_regression)
+        if config.log_examples:
+            _log_example(task, split, examples[0], features, tokenizer)
+        return examples, features
+
+    train_parts, dev, test = [], [], []
+    for task_id, task in enumerate(tasks):
+        if config.do_train:
+            train_parts.append(split_features(task_id, task, "train")[1])
+        if config.do_eval or config.keep_best_model:
+            for prefix, stem in task.dev_files:
+                dev.append(EvalSplit(task_id, task, stem, prefix, *split_features(task_id, task, stem)))
+        if config.write_test_outputs:
+            for server_name, stem in server_splits(task):
+                test.append(EvalSplit(task_id, task, stem, server_name, *split_features(task_id, task, stem)))
+    train = Features.concatenate(train_parts) if train_parts else None
+    if train is not None and len(train) < config.train_batch_size:
+        raise InputError(f"the training data of {config.tasks_key} has {len(train)} examples, fewer than "
+                         f"train_batch_size {config.train_batch_size}")
+    return TaskData(tasks, train, dev, test)

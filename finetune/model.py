@@ -1,0 +1,52 @@
+"""The fine-tuning model: the discriminator encoder (`electra/...`) shared by one head per task.
+
+As the original, a batch may mix tasks: every head runs on every example, and each example's loss
+is its own task's (`task_id`); the batch loss is their sum (the original's `reduce_sum`, so the
+global-norm clip acts on the summed gradient) or, with `loss_reduction: "mean"`, their mean.
+"""
+
+from typing import Dict, Sequence
+
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.modeling import BertConfig, build_encoder
+from electra_tf.modeling.layer_utils import build_in_scope
+from finetune.heads import make_head
+
+TASK_SCOPE = "task_specific"  # the layer-wise LR decay gives this scope the full learning rate
+
+
+class FinetuningModel(tf_keras.Model):
+    """`call(batch)` -> {task name: head output}; see `finetune.inputs` for the batch's keys."""
+
+    def __init__(self, encoder_config: BertConfig, tasks: Sequence, **kwargs):
+        super().__init__(name="finetuning_model", **kwargs)
+        self.encoder_config = encoder_config
+        self.tasks = list(tasks)
+        self.encoder = build_encoder(encoder_config, name="electra")
+        self.heads = [make_head(task, encoder_config.hidden_size) for task in self.tasks]
+        for head in self.heads:
+            build_in_scope(head, None, TASK_SCOPE)
+
+    def call(self, batch, training: bool = False) -> Dict[str, tf.Tensor]:
+        sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                                training=training)  # [B, L, H]
+        return {task.name: head(sequence, training=training) for task, head in zip(self.tasks, self.heads)}
+
+    def loss(self, batch, outputs, reduction: str = "sum") -> tf.Tensor:
+        """Each example's loss under its own task's head, summed (or averaged) over the batch; []."""
+        total = tf.constant(0.0)
+        for task_id, (task, head) in enumerate(zip(self.tasks, self.heads)):
+            own = tf.cast(tf.equal(batch["task_id"], task_id), tf.float32)  # [B]
+            total += tf.reduce_sum(head.per_example_loss(outputs[task.name], batch) * own)
+        if reduction == "mean":
+            total /= tf.cast(tf.shape(batch["task_id"])[0], tf.float32)
+        return total
+
+    def predictions(self, outputs) -> Dict[str, tf.Tensor]:
+        return {task.name: head.predictions(outputs[task.name]) for task, head in zip(self.tasks, self.heads)}
+
+    @property
+    def encoder_variables(self):
+        return self.encoder.variables

@@ -1,0 +1,200 @@
+"""Fine-tuning runs: `num_trials` trials from the same pretrained encoder, scored on dev, aggregated.
+
+Each trial (seed `seed + trial - 1`) builds a fresh model, loads the pretrained `electra/*`
+weights (or keeps random ones with `random_init`), trains with the original's optimizer (AdamW
+without bias correction, layer-wise LR decay, 10 % warmup, linear decay, clip 1.0) through the
+shared `electra_tf.training.train_step.make_train_step`, evaluates every epoch, saves its model
+to `finetuning_models/<tasks>_model_<trial>/finetuned`, and optionally writes GLUE-server test
+files from the trial with the best dev score so far. Results are rewritten after every trial.
+"""
+
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf.errors import InputError
+from electra_tf.optimization import create_optimizer
+from electra_tf.progress import Progress
+from electra_tf.training.distribution import set_determinism
+from electra_tf.training.train_step import make_train_step
+from finetune import scorers
+from finetune.config import FinetuningConfig
+from finetune.data import EvalSplit, TaskData, load_task_data, make_tokenizer
+from finetune.inputs import eval_batches, steps_per_epoch, train_batches
+from finetune.model import FinetuningModel
+from finetune.pretrained import load_encoder_weights
+from finetune.results import format_table, write_results
+from finetune.test_predictions import GLUE_TEST_DIR, write_server_file
+
+FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
+BEST = "best"  # the best epoch's checkpoint (keep_best_model)
+BATCH_SPEC = {"input_ids": tf.TensorSpec([None, None], tf.int32), "input_mask": tf.TensorSpec([None, None], tf.int32),
+              "segment_ids": tf.TensorSpec([None, None], tf.int32), "task_id": tf.TensorSpec([None], tf.int32),
+              "label_ids": tf.TensorSpec([None], tf.int32), "targets": tf.TensorSpec([None], tf.float32)}
+Scores = Dict[str, Dict[str, float]]
+
+
+def main_score(scores: Scores) -> float:
+    """The mean over tasks of each task's first metric (the one model selection uses)."""
+    return float(np.mean([next(iter(metrics.values())) for metrics in scores.values()]))
+
+
+class Trial:
+    """One fine-tuning run: model, optimizer and compiled train / predict steps."""
+
+    def __init__(self, config: FinetuningConfig, data: TaskData, trial: int, stream):
+        self.config, self.data, self.trial, self.stream = config, data, trial, stream
+        set_determinism(config.seed + trial - 1, deterministic=False)
+        self.rng = np.random.default_rng(config.seed + trial - 1)
+        self.model = FinetuningModel(config.encoder_config(), data.tasks)
+        self.model_dir = Path(config.model_dir(trial))
+        self.checkpoint = tf.train.Checkpoint(finetuning_model=self.model)
+        self.predict_step = tf.function(self._predict, input_signature=[BATCH_SPEC])
+
+    def initialise(self) -> None:
+        """The pretrained encoder (or a fine-tuned model to evaluate), unless random_init."""
+        source = Path(self.config.init_checkpoint)
+        if (source / f"{FINETUNED}.index").exists():
+            try:
+                self.checkpoint.read(str(source / FINETUNED)).assert_existing_objects_matched()
+            except (AssertionError, ValueError, tf.errors.OpError) as error:
+                raise InputError(f"fine-tuned model {source / FINETUNED} does not fit task_names "
+                                 f"{self.config.task_names} and this model size: "
+                                 f"{str(error).splitlines()[0]}") from None
+            self.log(f"restored fine-tuned model {source / FINETUNED}")
+        elif self.config.random_init:
+            self.log("random_init: the encoder starts from random weights")
+        else:
+            self.log(load_encoder_weights(self.model.encoder_variables, source).summary())
+
+    def log(self, text: str) -> None:
+        print(f"[trial {self.trial}] {text}", file=self.stream, flush=True)
+
+    def _predict(self, batch):
+        outputs = self.model(batch, training=False)
+        losses = {task.name: head.per_example_loss(outputs[task.name], batch)
+                  for task, head in zip(self.model.tasks, self.model.heads)}
+        return self.model.predictions(outputs), losses
+
+    def predict(self, split: EvalSplit):
+        """(predictions, per-example losses) of a split, in example order."""
+        n = len(split.features)
+        predictions, losses = np.zeros(n, np.float64), np.zeros(n, np.float64)
+        for indices, batch in eval_batches(split.features, self.config.eval_batch_size, self.config.dynamic_padding,
+                                           self.config.max_seq_length):
+            batch_predictions, batch_losses = self.predict_step(batch)
+            predictions[indices] = batch_predictions[split.task.name].numpy()
+            losses[indices] = batch_losses[split.task.name].numpy()
+        return predictions, losses
+
+    def evaluate(self) -> Scores:
+        scores: Scores = {}
+        for split in self.data.dev:
+            predictions, losses = self.predict(split)
+            labels = np.array([e.label for e in split.examples])
+            metrics = split.task.metrics
+            scores.setdefault(split.task.name, {}).update(
+                scorers.score(metrics if not split.prefix else [m[len(split.prefix):] for m in metrics
+                                                                if m.startswith(split.prefix)],
+                              labels, predictions, float(losses.mean()), split.prefix))
+        return scores
+
+    def compile_train_step(self, num_steps: int):
+        """`train_step(batch) -> loss`: the original's optimizer for `num_steps` steps and the shared
+        training step, compiled once for any batch and sequence length."""
+        config = self.config
+        optimizer = create_optimizer(config.learning_rate, num_steps, weight_decay_rate=config.weight_decay_rate,
+                                     warmup_proportion=config.warmup_proportion,
+                                     layerwise_lr_decay_power=config.layerwise_lr_decay,
+                                     fixed_layerwise_decay=config.fixed_layerwise_decay,
+                                     n_transformer_layers=self.model.encoder_config.num_hidden_layers)
+
+        def loss_fn(model, batch, seed):
+            outputs = model(batch, training=True)
+            return model.loss(batch, outputs, config.loss_reduction), outputs
+
+        step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn)
+        return tf.function(lambda batch: step_fn(batch), input_signature=[BATCH_SPEC])
+
+    def train(self) -> Optional[Scores]:
+        """Trains; returns the dev scores of the final (or, with keep_best_model, best) epoch, if any."""
+        config, train = self.config, self.data.train
+        per_epoch = steps_per_epoch(len(train), config.train_batch_size)
+        num_steps = int(per_epoch * config.num_train_epochs)
+        if num_steps < 1:
+            raise InputError(f"{len(train)} training examples, train_batch_size {config.train_batch_size} and "
+                             f"num_train_epochs {config.num_train_epochs} give no training step")
+        train_step = self.compile_train_step(num_steps)
+        progress = Progress(num_steps, "train", " steps", stream=self.stream)
+        shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
+        self.model_dir.mkdir(parents=True)
+        scores, best, loss_sum, logged = None, -math.inf, 0.0, 0
+        batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
+                                config.max_seq_length)
+        for step, batch in enumerate(batches, start=1):
+            loss = float(train_step(batch))
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
+            loss_sum += loss
+            progress.done = step
+            if step % config.iterations_per_loop == 0 or step == num_steps:
+                self.log(f"{progress.line()} loss {loss_sum / (step - logged):.4f}")
+                loss_sum, logged = 0.0, step
+            if step % config.save_checkpoints_steps == 0:
+                self.checkpoint.write(str(self.model_dir / FINETUNED))
+            if self.data.dev and (step == num_steps or (config.evaluate_every_epoch and step % per_epoch == 0)):
+                scores = self.evaluate()
+                epoch = step / per_epoch
+                self.log(f"epoch {epoch:.2f} dev: " + "; ".join(
+                    f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
+                if config.keep_best_model and main_score(scores) > best:
+                    best, best_scores = main_score(scores), scores
+                    self.checkpoint.write(str(self.model_dir / BEST))
+        if config.keep_best_model and self.data.dev:
+            self.checkpoint.read(str(self.model_dir / BEST)).assert_existing_objects_matched()
+            self.log(f"kept the best epoch (dev score {best:.2f})")
+            scores = best_scores
+        self.checkpoint.write(str(self.model_dir / FINETUNED))
+        return scores
+
+    def write_test_files(self, directory: Path) -> List[str]:
+        written = []
+        for split in self.data.test:
+            predictions, _ = self.predict(split)
+            written.append(str(write_server_file(directory, split.prefix, split.task, split.examples, predictions)))
+        return written
+
+
+def run(config: FinetuningConfig, stream=None) -> dict:
+    """Every trial of the config; returns the results document (also written to results_dir)."""
+    stream = stream or sys.stdout
+    data = load_task_data(config, make_tokenizer(config))
+    trials: List[Scores] = []
+    extra: dict = {"config": config.to_dict()}
+    best_test = -math.inf
+    for number in range(1, config.num_trials + 1):
+        trial = Trial(config, data, number, stream)
+        trial.initialise()
+        scores = trial.train() if config.do_train else None
+        if scores is None and data.dev:
+            scores = trial.evaluate()
+        if scores is not None:
+            trials.append(scores)
+        candidate = main_score(scores) if scores else -number
+        if config.write_test_outputs and number <= config.n_writes_test and candidate > best_test:
+            best_test = candidate
+            files = trial.write_test_files(Path(config.results_dir) / GLUE_TEST_DIR)
+            extra["test_predictions"] = {"trial": number, "files": files}
+            trial.log(f"wrote {len(files)} GLUE test file(s) to {Path(config.results_dir) / GLUE_TEST_DIR}")
+        if config.do_train and not config.keep_all_models:
+            shutil.rmtree(trial.model_dir, ignore_errors=True)
+        document = write_results(config.results_dir, config.tasks_key, trials, extra)
+    if trials:
+        print(f"\n{config.tasks_key}: dev scores over {len(trials)} trial(s)\n{format_table(document['aggregate'])}",
+              file=stream, flush=True)
+    return document

@@ -1,0 +1,199 @@
+"""Fine-tuning end to end on real GLUE data with a tiny pretrained model: weights, loss, LR table,
+padding, trials, results and GLUE-server test files, and the CLI's errors."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import run_finetuning
+from electra_tf import layerwise_decay
+from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
+from electra_tf.pretraining import PretrainingModel
+from finetune import glue
+from finetune.config import FinetuningConfig
+from finetune.data import load_task_data, make_tokenizer
+from finetune.model import FinetuningModel
+from finetune.pretrained import load_encoder_weights
+from finetune.runner import Trial
+
+TASK_FOLDERS = ("MRPC", "CoLA", "STS-B")
+BASE = dict(model_size="tiny", max_seq_length=32, train_batch_size=16, eval_batch_size=64, max_examples=48,
+            num_train_epochs=1.0, iterations_per_loop=2, learning_rate=1e-3)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, shared_data, vocab_file):
+    """DATA_DIR with finetuning_data/{MRPC,CoLA,STS-B} (links to the real GLUE folders) and a tiny
+    pretrained model dir models/tiny as run_pretraining.py writes it (config.json, vocab, ckpt)."""
+    root = tmp_path_factory.mktemp("finetune_data")
+    for folder in TASK_FOLDERS:
+        (root / "finetuning_data").mkdir(exist_ok=True)
+        (root / "finetuning_data" / folder).symlink_to(shared_data / "glue" / folder)
+    model_dir = root / "models" / "tiny"
+    config = PretrainingConfig.from_hparams("tiny", str(root), {"model_size": "tiny"})
+    tf_keras.utils.set_random_seed(0)
+    model = PretrainingModel(config, cls_id=101, sep_id=102, mask_id=103)
+    config.save(model_dir / "config.json")
+    shutil.copyfile(vocab_file, model_dir / "vocab.txt")
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(model_dir), 2).save(checkpoint_number=7)
+    return root
+
+
+def finetuning_config(data_dir, **values):
+    return FinetuningConfig.from_hparams("tiny", str(data_dir), {**BASE, **values})
+
+
+def run_cli(data_dir, capsys, **values):
+    code = run_finetuning.main(["--data-dir", str(data_dir), "--model-name", "tiny",
+                                "--hparams", json.dumps({**BASE, **values})])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_encoder_weights_come_from_the_pretrained_discriminator(data_dir):
+    config = finetuning_config(data_dir, task_names=["mrpc"])
+    pretrained = PretrainingModel(PretrainingConfig.from_json_file(data_dir / "models/tiny/config.json"), 101, 102, 103)
+    tf.train.Checkpoint(model=pretrained).read(str(data_dir / "models/tiny/ckpt-7")).expect_partial()
+    expected = {v.name: v.numpy() for v in pretrained.network.discriminator.variables}
+    model = FinetuningModel(config.encoder_config(), [glue.get_task("mrpc")])
+    report = load_encoder_weights(model.encoder_variables, config.init_checkpoint)
+    assert len(report.loaded) == len(model.encoder_variables) == len(expected) and report.unused
+    assert not report.missing
+    for variable in model.encoder_variables:
+        np.testing.assert_array_equal(variable.numpy(), expected[variable.name])
+
+    deeper = FinetuningModel(finetuning_config(data_dir, task_names=["mrpc"],
+                                               model_hparam_overrides={"num_hidden_layers": 3}).encoder_config(),
+                             [glue.get_task("mrpc")])
+    with pytest.raises(InputError, match="lacks the required variable electra/encoder/layer_2/"):
+        load_encoder_weights(deeper.encoder_variables, config.init_checkpoint)
+    wider = FinetuningModel(finetuning_config(data_dir, task_names=["mrpc"], embedding_size=32).encoder_config(),
+                            [glue.get_task("mrpc")])
+    with pytest.raises(InputError, match=r"electra/embeddings/word_embeddings: the checkpoint has shape \[30522, 64\]"):
+        load_encoder_weights(wider.encoder_variables, config.init_checkpoint)
+
+
+@pytest.mark.parametrize("layers, decay, hidden", [(12, 0.8, 256), (24, 0.9, 64)])
+def test_layerwise_multipliers_of_every_finetuning_variable(data_dir, layers, decay, hidden):
+    config = finetuning_config(data_dir, task_names=["mrpc", "sts"], model_size="small",
+                               model_hparam_overrides={"num_hidden_layers": layers, "hidden_size": hidden})
+    model = FinetuningModel(config.encoder_config(), [glue.get_task("mrpc"), glue.get_task("sts")])
+    table = layerwise_decay.lr_multiplier_table(model.trainable_variables, layers, decay)
+    assert len(table) == len(model.trainable_variables)
+    for name, multiplier in table.items():  # spec §7: decay ** (n_layers + 2 - depth)
+        if name.startswith("electra/embeddings"):  # the embedding block and its projection: depth 0
+            expected = decay ** (layers + 2)
+        elif name.startswith("task_specific/"):
+            expected = 1.0
+        else:
+            layer = int(name.split("/")[2].split("_")[1])
+            expected = decay ** (layers + 1 - layer)
+        assert multiplier == pytest.approx(expected), name
+    assert table["electra/embeddings_project/kernel"] == pytest.approx(decay ** (layers + 2))
+    assert table[f"electra/encoder/layer_{layers - 1}/output/dense/kernel"] == pytest.approx(decay ** 2)
+    assert table["task_specific/sts/dense/kernel"] == 1.0
+    # "fixed_layerwise_decay": true corrects the off-by-one: the top layer gets decay^1
+    fixed = finetuning_config(data_dir, task_names=["mrpc"], fixed_layerwise_decay=True)
+    fixed_table = layerwise_decay.lr_multiplier_table(model.trainable_variables, layers, decay,
+                                                      fixed=fixed.fixed_layerwise_decay)
+    assert fixed_table[f"electra/encoder/layer_{layers - 1}/output/dense/kernel"] == pytest.approx(decay)
+
+
+def test_loss_is_each_examples_own_task_summed_over_the_batch(data_dir):
+    tasks = [glue.get_task("mrpc"), glue.get_task("sts")]
+    model = FinetuningModel(finetuning_config(data_dir, task_names=["mrpc", "sts"]).encoder_config(), tasks)
+    rng = np.random.default_rng(0)
+    batch = {"input_ids": rng.integers(1, 1000, (6, 9)).astype(np.int32), "input_mask": np.ones((6, 9), np.int32),
+             "segment_ids": np.zeros((6, 9), np.int32), "task_id": np.array([0, 1, 0, 1, 1, 0], np.int32),
+             "label_ids": np.array([1, 0, 0, 0, 0, 1], np.int32),
+             "targets": np.array([0, 0.2, 0, 0.8, 0.4, 0], np.float32)}
+    outputs = model(batch, training=False)
+    logits, scores = outputs["mrpc"].numpy(), outputs["sts"].numpy()[:, 0]
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -sum(log_probs[i, batch["label_ids"][i]] for i in (0, 2, 5))
+    expected += sum((scores[i] - batch["targets"][i]) ** 2 for i in (1, 3, 4))
+    assert float(model.loss(batch, outputs)) == pytest.approx(expected, rel=1e-5)
+    assert float(model.loss(batch, outputs, "mean")) == pytest.approx(expected / 6, rel=1e-5)
+
+
+def test_dynamic_padding_predicts_what_fixed_padding_predicts(data_dir):
+    dynamic = finetuning_config(data_dir, task_names=["sts"], do_train=False, random_init=True)
+    data = load_task_data(dynamic, make_tokenizer(dynamic))
+    trial = Trial(dynamic, data, 1, None)
+    with_dynamic, losses = trial.predict(data.dev[0])
+    trial.config = finetuning_config(data_dir, task_names=["sts"], do_train=False, dynamic_padding=False)
+    with_fixed, fixed_losses = trial.predict(data.dev[0])
+    assert len(with_dynamic) == 48
+    np.testing.assert_allclose(with_dynamic, with_fixed, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(losses, fixed_losses, rtol=1e-4, atol=1e-5)
+
+
+def test_multitask_trials_results_and_glue_test_files(data_dir, capsys):
+    code, out, err = run_cli(data_dir, capsys, task_names=["MRPC", "cola", "STS-B"], num_trials=2,
+                             write_test_outputs=True, keep_best_model=True)
+    assert code == 0, err
+    results_dir = data_dir / "models" / "tiny" / "results"
+    document = json.loads((results_dir / "mrpc_cola_sts_results.json").read_text())
+    assert len(document["trials"]) == 2
+    for trial in document["trials"]:
+        assert set(trial) == {"mrpc", "cola", "sts"}
+        assert 0 <= trial["mrpc"]["accuracy"] <= 100 and 0 <= trial["mrpc"]["f1"] <= 100
+        assert -100 <= trial["cola"]["mcc"] <= 100 and -100 <= trial["sts"]["spearman"] <= 100
+        assert {"pearson", "spearman", "mse", "loss"} <= set(trial["sts"])
+    values = [t["sts"]["pearson"] for t in document["trials"]]
+    stats = document["aggregate"]["sts"]["pearson"]
+    assert stats["median"] == pytest.approx(np.median(values)) and stats["max"] == max(values)
+    assert stats["std"] == pytest.approx(np.std(values, ddof=1))
+    assert "task  metric" in out and "ETA" in out and "epoch 1.00 dev: mrpc accuracy" in out
+    assert (results_dir / "mrpc_cola_sts_results.txt").read_text().startswith("trial 1 mrpc: accuracy: ")
+    test_dir = results_dir / "glue_test"
+    assert sorted(p.name for p in test_dir.iterdir()) == ["CoLA.tsv", "MRPC.tsv", "STS-B.tsv"]
+    for name, rows, valid in (("MRPC", 1725, {"0", "1"}), ("CoLA", 1063, {"0", "1"}), ("STS-B", 1379, None)):
+        lines = (test_dir / f"{name}.tsv").read_text().splitlines()
+        assert lines[0] == "index\tprediction" and len(lines) == rows + 1
+        indices, labels = zip(*(line.split("\t") for line in lines[1:]))
+        assert indices == tuple(str(i) for i in range(rows))
+        if valid:
+            assert set(labels) <= valid
+        else:
+            assert all(0.0 <= float(label) <= 5.0 for label in labels)
+    assert document["test_predictions"]["trial"] in (1, 2)
+    model_dir = data_dir / "models" / "tiny" / "finetuning_models" / "mrpc_cola_sts_model_1"
+    assert (model_dir / "finetuned.index").exists() and (model_dir / "best.index").exists()
+
+    # evaluation only, from the fine-tuned model: the same dev scores as the trial's best epoch
+    code, out, err = run_cli(data_dir, capsys, task_names=["MRPC", "cola", "STS-B"], do_train=False,
+                             init_checkpoint=str(model_dir))
+    assert code == 0, err
+    again = json.loads((results_dir / "mrpc_cola_sts_results.json").read_text())["trials"][0]
+    for task, metrics in document["trials"][0].items():
+        for metric, value in metrics.items():
+            assert again[task][metric] == pytest.approx(value, abs=1e-3), (task, metric)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"task_names": ["mrpc"], "learnig_rate": 1e-3}, "did you mean 'learning_rate'"),
+    ({"task_names": ["rte"]}, "no data for task rte"),
+    ({"task_names": ["mrpc"], "model_size": "small"}, "the pretrained model has model_size 'tiny'"),
+    ({"task_names": ["mrpc"], "vocab_size": 1000}, "has 30522 tokens but vocab_size is 1000"),
+])
+def test_bad_input_gives_one_clear_error(data_dir, capsys, values, message):
+    code, _, err = run_cli(data_dir, capsys, **values)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_row_in_task_data_names_file_and_line(tmp_path, data_dir, capsys):
+    (tmp_path / "finetuning_data" / "rte").mkdir(parents=True)
+    (tmp_path / "finetuning_data" / "rte" / "train.tsv").write_text(
+        "index\ts1\ts2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\tmaybe\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny").symlink_to(data_dir / "models" / "tiny")
+    code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "tiny",
+                                "--hparams", json.dumps({**BASE, "task_names": ["rte"]})])
+    err = capsys.readouterr().err
+    assert code == 2 and "rte/train.tsv:3: unknown label 'maybe' for rte" in err

@@ -1,0 +1,226 @@
+"""GLUE readers, scorers, featurization, bucketing, result statistics and the fine-tuning config."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+import sklearn.metrics
+
+from electra_tf.errors import InputError
+from finetune import glue, scorers
+from finetune.config import FinetuningConfig
+from finetune.inputs import Features, epoch_batches, pad_batch, truncate_pair
+from finetune.results import aggregate, format_table, write_results
+
+# MANIFEST.md's verified row counts (train, dev, test); QNLI ships without train.
+COUNTS = {"cola": (8551, 1043, 1063), "sst": (67349, 872, 1821), "mrpc": (3668, 408, 1725),
+          "sts": (5749, 1500, 1379), "rte": (2490, 277, 3000), "wnli": (635, 71, 146), "qnli": (None, 5463, 5463)}
+
+
+@pytest.fixture(scope="module")
+def glue_dir(shared_data):
+    return shared_data / "glue"
+
+
+@pytest.mark.parametrize("task_name", sorted(COUNTS))
+def test_every_shared_tsv_parses_with_manifest_counts(glue_dir, task_name):
+    task = glue.get_task(task_name)
+    for split, expected in zip(("train", "dev", "test"), COUNTS[task_name]):
+        if expected is None:
+            continue
+        examples = glue.read_split(glue_dir, task, split, double_unordered=False)
+        assert len(examples) == expected, split
+        if split == "test":
+            assert [e.index for e in examples] == [str(i) for i in range(expected)]
+            assert all(e.label is None for e in examples)
+        else:
+            assert all(e.label is not None and e.text_a for e in examples)
+            pairs = task_name not in ("cola", "sst")
+            assert all((e.text_b is not None) == pairs for e in examples)
+
+
+def test_label_distributions_match_the_manifest(glue_dir):
+    cola = glue.read_split(glue_dir, glue.get_task("CoLA"), "train")
+    assert sum(e.label for e in cola) == 6023  # label 1 rows; CoLA has no header
+    mrpc = glue.read_split(glue_dir, glue.get_task("mrpc"), "dev")
+    assert sum(e.label for e in mrpc) == 279  # the BOM'd header is skipped, not read as a row
+    rte = glue.read_split(glue_dir, glue.get_task("rte"), "dev")
+    assert sum(e.label == 0 for e in rte) == 146  # entailment is label 0
+    sts = glue.read_split(glue_dir, glue.get_task("STS-B"), "dev")
+    assert min(e.label for e in sts) == 0.0 and max(e.label for e in sts) == 1.0  # score / 5
+
+
+def test_double_unordered_adds_swapped_pairs_to_train_only(glue_dir):
+    task = glue.get_task("mrpc")
+    train = glue.read_split(glue_dir, task, "train")
+    assert len(train) == 2 * 3668
+    first, swapped = train[0], train[3668]
+    assert (swapped.text_a, swapped.text_b, swapped.label) == (first.text_b, first.text_a, first.label)
+    assert len(glue.read_split(glue_dir, task, "dev")) == 408
+    assert len(glue.read_split(glue_dir, glue.get_task("rte"), "train")) == 2490  # not an unordered task
+
+
+def test_task_names_and_folders(tmp_path):
+    assert [glue.canonical_task_name(n) for n in ("SST-2", "sts-b", "STS-B", "MNLI", "cola", "QQP", "WNLI")] == \
+        ["sst", "sts", "sts", "mnli", "cola", "qqp", "wnli"]
+    with pytest.raises(InputError, match="unknown task 'mnli-m'"):
+        glue.canonical_task_name("mnli-m")
+    with pytest.raises(InputError, match="'chunk' is not supported yet"):
+        glue.canonical_task_name("chunk")
+    (tmp_path / "rte").mkdir()
+    (tmp_path / "RTE").mkdir()
+    assert glue.task_dir(tmp_path, glue.get_task("RTE")) == tmp_path / "rte"  # the original's name first
+    with pytest.raises(InputError, match="neither .*/sst nor .*/SST-2"):
+        glue.task_dir(tmp_path, glue.get_task("sst"))
+
+
+def _write(path, lines, bom=False):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(("\ufeff" if bom else "") + "\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_mnli_layout_matched_mismatched_and_diagnostic(tmp_path):
+    row = "\t".join(["0", "1", "2", "g", "bp1", "bp2", "p1", "p2", "A man eats.", "Someone eats.", "{}"])
+    head = "\t".join(f"c{i}" for i in range(11))
+    _write(tmp_path / "MNLI" / "dev_matched.tsv", [head, row.format("entailment"), row.format("neutral")])
+    _write(tmp_path / "MNLI" / "dev_mismatched.tsv", [head, row.format("contradiction")])
+    _write(tmp_path / "MNLI" / "test_matched.tsv", [head[:-4], row.rsplit("\t", 1)[0]])
+    _write(tmp_path / "AX" / "test.tsv", ["index\tsentence1\tsentence2", "0\tA \"quoted\tB"])
+    task = glue.get_task("MNLI")
+    assert [e.label for e in glue.read_split(tmp_path, task, "dev_matched")] == [1, 2]
+    assert [e.label for e in glue.read_split(tmp_path, task, "dev_mismatched")] == [0]
+    assert glue.read_split(tmp_path, task, "test_matched")[0].text_b == "Someone eats."
+    diagnostic = glue.read_split(tmp_path, task, "diagnostic")[0]
+    assert (diagnostic.text_a, diagnostic.text_b) == ('A "quoted', "B")  # quoting off: the quote stays
+    assert [name for name, _ in glue.server_splits(task)] == ["MNLI-m", "MNLI-mm", "AX"]
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["#\tid1\tid2\ts1\ts2", "1\ta\tb\tone sentence"], r"train.tsv:2: malformed row: 4 tab-separated field"),
+    (["#\tid1\tid2\ts1\ts2", "1\ta\tb\tx\ty", "yes\ta\tb\tx\ty"], r"train.tsv:3: unknown label 'yes' for mrpc"),
+])
+def test_bad_rows_and_labels_name_file_and_line(tmp_path, lines, message):
+    _write(tmp_path / "mrpc" / "train.tsv", lines, bom=True)
+    with pytest.raises(InputError, match=message):
+        glue.read_split(tmp_path, glue.get_task("mrpc"), "train")
+
+
+def test_bad_sts_score_names_file_and_line(tmp_path):
+    head = "\t".join(f"c{i}" for i in range(10))
+    _write(tmp_path / "STS-B" / "dev.tsv", [head, "\t".join(["x"] * 9 + ["high"])])
+    with pytest.raises(InputError, match=r"dev.tsv:2: score 'high' is not a number"):
+        glue.read_split(tmp_path, glue.get_task("sts"), "dev")
+
+
+def test_scorers_equal_sklearn_and_scipy():
+    rng = np.random.default_rng(0)
+    labels, predictions = rng.integers(0, 2, 300), rng.integers(0, 2, 300)
+    metrics = sklearn.metrics
+    assert scorers.accuracy(labels, predictions) == pytest.approx(100 * metrics.accuracy_score(labels, predictions))
+    assert scorers.f1(labels, predictions) == pytest.approx(100 * sklearn.metrics.f1_score(labels, predictions))
+    assert scorers.matthews_corrcoef(labels, predictions) == pytest.approx(
+        100 * sklearn.metrics.matthews_corrcoef(labels, predictions))
+    three, other = rng.integers(0, 3, 300), rng.integers(0, 3, 300)
+    assert scorers.matthews_corrcoef(three, other) == pytest.approx(100 * metrics.matthews_corrcoef(three, other))
+    assert scorers.matthews_corrcoef([1, 1, 0], [1, 1, 1]) == 0.0 == metrics.matthews_corrcoef([1, 1, 0], [1, 1, 1])
+    x = rng.integers(0, 6, 200).astype(float)  # many ties
+    y = x + rng.normal(size=200)
+    assert scorers.pearson(x, y) == pytest.approx(100 * scipy.stats.pearsonr(x, y)[0])
+    assert scorers.spearman(x, y) == pytest.approx(100 * scipy.stats.spearmanr(x, y)[0])
+    assert scorers.score(("accuracy", "mm_accuracy"), [0, 1], [0, 0], loss=0.5) == {"accuracy": 50.0, "loss": 0.5}
+
+
+def test_truncation_is_berts_longest_first():
+    assert truncate_pair([1, 2, 3, 4, 5], [6, 7], 5) == ([1, 2, 3], [6, 7])
+    assert truncate_pair([1, 2], [3, 4, 5], 3) == ([1, 2], [3])  # b is longer, then ties drop from b
+    assert truncate_pair([1, 2], [], 5) == ([1, 2], [])
+
+
+def _features(lengths):
+    ids = [np.arange(1, n + 1, dtype=np.int32) for n in lengths]
+    n = len(lengths)
+    return Features(ids, [np.zeros(k, np.int32) for k in lengths], np.zeros(n, np.int32), np.zeros(n, np.int32),
+                    np.zeros(n, np.float32))
+
+
+def test_length_bucketing_pads_to_the_longest_in_each_batch():
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(5, 128, 1000)
+    features = _features(lengths)
+    dynamic = epoch_batches(lengths, 32, np.random.default_rng(2), dynamic=True)
+    fixed = epoch_batches(lengths, 32, np.random.default_rng(2), dynamic=False)
+    for batches in (dynamic, fixed):
+        assert len(batches) == 1000 // 32 and all(len(b) == 32 for b in batches)
+        assert len(np.unique(np.concatenate(batches))) == 32 * 31  # no example twice in an epoch
+    padded = lambda batches: sum(32 * lengths[b].max() for b in batches)
+    assert padded(dynamic) < 0.75 * padded(fixed)  # buckets keep similar lengths together
+    batch = pad_batch(features, dynamic[0])
+    assert batch["input_ids"].shape == (32, lengths[dynamic[0]].max())
+    np.testing.assert_array_equal(batch["input_mask"].sum(1), lengths[dynamic[0]])
+    assert pad_batch(features, dynamic[0], pad_to=128)["input_ids"].shape == (32, 128)
+
+
+def test_aggregate_statistics_and_files(tmp_path):
+    trials = [{"mrpc": {"accuracy": a, "f1": f}} for a, f in ((80.0, 85.0), (84.0, 88.0), (81.0, 86.5))]
+    table = aggregate(trials)
+    accuracy = table["mrpc"]["accuracy"]
+    assert accuracy == {"median": 81.0, "mean": pytest.approx(81.6667, abs=1e-4),
+                        "std": pytest.approx(np.std([80, 84, 81], ddof=1)), "min": 80.0, "max": 84.0, "n": 3}
+    assert format_table(table).splitlines()[0].split() == ["task", "metric", "median", "mean", "std", "min", "max", "n"]
+    write_results(tmp_path, "mrpc", trials, {"note": 1})
+    document = json.loads((tmp_path / "mrpc_results.json").read_text())
+    assert document["trials"] == trials and document["aggregate"]["mrpc"]["f1"]["median"] == 86.5
+    assert (tmp_path / "mrpc_results.txt").read_text().startswith("trial 1 mrpc: accuracy: 80.00 - f1: 85.00\n")
+
+
+def test_server_labels():
+    assert glue.server_label(glue.get_task("rte"), 1) == "not_entailment"
+    assert glue.server_label(glue.get_task("mnli"), 2) == "neutral"
+    assert glue.server_label(glue.get_task("cola"), 1) == "1"
+    assert glue.server_label(glue.get_task("sts"), 0.5) == "2.500"
+    assert glue.server_label(glue.get_task("sts"), 1.3) == "5.000"  # clipped to the server's range
+
+
+def config(**hparams):
+    return FinetuningConfig.from_hparams("m", "/data", hparams)
+
+
+def test_config_defaults_are_the_originals():
+    c = config(task_names=["mrpc"])
+    assert (c.learning_rate, c.weight_decay_rate, c.layerwise_lr_decay, c.warmup_proportion) == (1e-4, 0.01, 0.8, 0.1)
+    assert (c.max_seq_length, c.train_batch_size, c.eval_batch_size, c.num_train_epochs) == (128, 32, 32, 3.0)
+    assert (c.model_size, c.embedding_size, c.double_unordered, c.num_trials, c.loss_reduction) == \
+        ("small", 128, True, 1, "sum")
+    assert c.init_checkpoint == "/data/models/m" and c.raw_data_dir == "/data/finetuning_data"
+    assert c.results_dir == "/data/models/m/results"
+    assert c.model_dir(2) == "/data/models/m/finetuning_models/mrpc_model_2"
+
+
+def test_config_task_size_and_recipe_presets():
+    assert config(task_names=["RTE"]).num_train_epochs == 10.0
+    assert config(task_names=["STS-B"]).num_train_epochs == 10.0
+    assert config(task_names=["rte", "mrpc"]).num_train_epochs == 3.0
+    assert config(task_names=["rte"], num_train_epochs=2).num_train_epochs == 2.0  # the user wins
+    large = config(task_names=["sst"], model_size="large")
+    assert (large.learning_rate, large.layerwise_lr_decay, large.embedding_size) == (5e-5, 0.9, None)
+    paper = config(task_names=["sst"], recipe="paper")
+    assert (paper.learning_rate, paper.weight_decay_rate) == (3e-4, 0.0)
+    paper_base = config(task_names=["sst"], recipe="paper", model_size="base")
+    assert (paper_base.learning_rate, paper_base.weight_decay_rate) == (1e-4, 0.0)
+    assert config(task_names=["sst"], recipe="paper", learning_rate=2e-4).learning_rate == 2e-4
+    assert config(task_names=["SST-2", "CoLA"]).tasks_key == "sst_cola"
+
+
+@pytest.mark.parametrize("hparams, message", [
+    ({"task_names": ["mrpc"], "learnig_rate": 1e-4}, "did you mean 'learning_rate'"),
+    ({"task_names": ["mrpc"], "recipe": "book"}, "recipe 'book' is not one of"),
+    ({"task_names": "mrpc"}, "task_names in hparams must be list"),
+    ({"task_names": []}, "must be a non-empty list"),
+    ({"task_names": ["mrpc", "MRPC"]}, "names a task twice"),
+    ({"task_names": ["mrpc"], "loss_reduction": "max"}, "loss_reduction 'max'"),
+    ({}, "'chunk' is not supported yet"),
+])
+def test_config_errors(hparams, message):
+    with pytest.raises(InputError, match=message):
+        config(**hparams)
