@@ -1,11 +1,14 @@
-"""Fine-tune a pretrained ELECTRA discriminator on GLUE tasks, with trials and statistics.
+"""Fine-tune a pretrained ELECTRA discriminator on GLUE, SQuAD or chunking, with trials and statistics.
 
     python run_finetuning.py --data-dir DATA_DIR --model-name NAME --hparams '{"task_names": ["mrpc"], ...}'
 
 Task data: DATA_DIR/finetuning_data/<task>/{train,dev,test}.tsv (the original's task names or the
-GLUE download's folder names); the pretrained model: DATA_DIR/models/NAME. Fine-tuned models go to
-DATA_DIR/models/NAME/finetuning_models/, scores to DATA_DIR/models/NAME/results/<tasks>_results.{json,txt}
-and, with "write_test_outputs": true, GLUE-server files to DATA_DIR/models/NAME/results/glue_test/.
+GLUE download's folder names), finetuning_data/{squad,squadv1}/{train,dev}.json (SQuAD 2.0 / 1.1) or
+finetuning_data/chunk/{train,test}.txt (CoNLL-2000; dev.txt optional, else the last tenth of train.txt);
+the pretrained model: DATA_DIR/models/NAME. Fine-tuned models go to DATA_DIR/models/NAME/finetuning_models/,
+scores to DATA_DIR/models/NAME/results/<tasks>_results.{json,txt}, SQuAD answers and official scores to
+results/<tasks>_qa/<task>_{preds,null_odds,eval}.json and, with "write_test_outputs": true, GLUE-server
+files to DATA_DIR/models/NAME/results/glue_test/.
 """
 
 import argparse

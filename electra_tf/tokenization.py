@@ -74,6 +74,11 @@ def load_vocab(vocab_file) -> list[str]:
     return vocab
 
 
+def special_ids(vocab: Sequence[str]) -> dict[str, int]:
+    """The ids pretraining needs ({cls_id, sep_id, mask_id}) of a vocab read by `load_vocab`."""
+    return {"cls_id": vocab.index("[CLS]"), "sep_id": vocab.index("[SEP]"), "mask_id": vocab.index("[MASK]")}
+
+
 def _unique_vocab(vocab: list[str]) -> list[str]:
     """The vocab with each repeated token kept only at its last id (the original's dict keeps the
     last); earlier copies become placeholders no cleaned word can match (FastWordpiece rejects

@@ -1,8 +1,10 @@
-"""Fine-tuning the pretrained discriminator (GLUE now; span-extraction and tagging tasks later).
+"""Fine-tuning the pretrained discriminator: GLUE, SQuAD 1.1 / 2.0 and CoNLL-2000 chunking.
 
 config.py (FinetuningConfig) · glue.py (tasks, TSV readers, labels, server names) · inputs.py
 (featurization, length-bucketed batches) · data.py (every split a run needs) · heads.py, model.py
 (one head per task on the shared encoder) · pretrained.py (the pretrained `electra/*` weights) ·
-scorers.py · runner.py (trials) · results.py (aggregation) · test_predictions.py (GLUE-server files).
+scorers.py · runner.py (trials) · results.py (aggregation) · test_predictions.py (GLUE-server files) ·
+squad.py, qa_head.py, squad_postprocess.py (SQuAD) · chunking.py (CoNLL-2000) · span_tasks.py (both
+behind the interface the runner calls).
 Depends on electra_tf, never on pretrain_data.
 """

@@ -6,11 +6,12 @@ unknown key is an InputError. Presets, in order:
 - size: large gets lr 5e-5 and layer-wise decay 0.9; small embedding_size 128 (tiny 64);
 - recipe: "code" keeps the original code's defaults; "paper" applies Table 7 where it differs
   (small lr 3e-4 instead of 1e-4, weight decay 0 instead of 0.01);
-- task: a single-task run of rte or sts trains 10 epochs, any other GLUE task 3;
+- task: a single-task run of rte or sts trains 10 epochs, any other GLUE task 3; squad / squadv1
+  alone: 512 tokens, 2 epochs; chunk alone: 256 tokens (finetune.span_tasks);
 - debug: 1 trial, 100 rows per file, examples logged.
 Task names may be the original's (mrpc) or the GLUE folder's (MRPC); they are stored in the
-original's form. The QA fields and `use_tfrecords_if_existing` are accepted for compatibility:
-QA tasks are a later addition and features are built in memory here, never cached.
+original's form. The QA fields set up SQuAD (finetune.span_tasks); `use_tfrecords_if_existing` is
+accepted for compatibility: features are built in memory here, never cached.
 """
 
 import dataclasses
@@ -22,6 +23,7 @@ from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
 from finetune.glue import canonical_task_name
+from finetune.span_tasks import get_span_task
 
 RECIPES = ("code", "paper")
 LOSS_REDUCTIONS = ("sum", "mean")
@@ -136,6 +138,8 @@ class FinetuningConfig(HParams):
         tasks = values["task_names"]
         if len(tasks) == 1:
             presets["num_train_epochs"] = 10.0 if tasks[0] in LONG_TASKS else 3.0
+            if get_span_task(tasks[0]) is not None:  # squad*: 512 tokens, 2 epochs; chunk: 256 tokens
+                presets.update(get_span_task(tasks[0]).presets)
         if values["debug"]:
             presets.update(DEBUG_PRESETS)
         return presets

@@ -14,6 +14,7 @@ from electra_tf.tokenization import Tokenizer, load_vocab
 from finetune.config import FinetuningConfig
 from finetune.glue import Example, GlueTask, get_task, read_split, server_splits
 from finetune.inputs import Features, featurize
+from finetune.span_tasks import get_span_task
 
 
 @dataclasses.dataclass
@@ -50,10 +51,16 @@ def _log_example(task: GlueTask, split: str, example: Example, features: Feature
 
 def load_task_data(config: FinetuningConfig, tokenizer: Tokenizer) -> TaskData:
     root = Path(config.raw_data_dir)
-    tasks = [get_task(name) for name in config.task_names]
+    tasks = [get_span_task(name) or get_task(name) for name in config.task_names]
     limit = config.max_examples
+    if len(tasks) > 1 and any(not isinstance(task, GlueTask) for task in tasks):
+        raise InputError(f"task_names {config.task_names}: squad, squadv1 and chunk are fine-tuned alone, "
+                         f"not in a multi-task run")
 
     def split_features(task_id, task, split):
+        if not isinstance(task, GlueTask):  # SQuAD or chunking (finetune.span_tasks)
+            examples = task.read(root, split, limit)
+            return examples, task.featurize(examples, tokenizer, config, task_id, split)
         # max_examples never cuts a test file: a server submission needs every row
         rows = None if split in dict(server_splits(task)).values() else limit
         examples = read_split(root, task, split, rows, config.double_unordered)
@@ -69,10 +76,12 @@ def load_task_data(config: FinetuningConfig, tokenizer: Tokenizer) -> TaskData:
         if config.do_eval or config.keep_best_model:
             for prefix, stem in task.dev_files:
                 dev.append(EvalSplit(task_id, task, stem, prefix, *split_features(task_id, task, stem)))
-        if config.write_test_outputs:
+        if config.write_test_outputs and isinstance(task, GlueTask):
             for server_name, stem in server_splits(task):
                 test.append(EvalSplit(task_id, task, stem, server_name, *split_features(task_id, task, stem)))
-    train = Features.concatenate(train_parts) if train_parts else None
+    train = None
+    if train_parts:  # a single task keeps its own features (SQuAD's and chunking's carry more fields)
+        train = train_parts[0] if len(train_parts) == 1 else Features.concatenate(train_parts)
     if train is not None and len(train) < config.train_batch_size:
         raise InputError(f"the training data of {config.tasks_key} has {len(train)} examples, fewer than "
                          f"train_batch_size {config.train_batch_size}")

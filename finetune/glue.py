@@ -74,20 +74,24 @@ _ALIASES = {**{t.folder.lower(): t.name for t in TASKS.values()}, **{t: t for t 
 _ALIASES.update({"sst2": "sst", "stsb": "sts", "sst-2": "sst", "sts-b": "sts"})
 # The AX diagnostic set: columns index, sentence1, sentence2 (no labels), MNLI's label set.
 _DIAGNOSTIC = Columns(1, 2, index=0)
-# The original's other tasks, planned as later additions here.
-NOT_YET = ("squad", "squadv1", "newsqa", "naturalqs", "triviaqa", "searchqa", "chunk")
+# The original's span-extraction and tagging tasks (finetune.span_tasks) and its MRQA tasks (not supported).
+SPAN_TASKS = ("squad", "squadv1", "chunk")
+NOT_YET = ("newsqa", "naturalqs", "triviaqa", "searchqa")
 
 
 def canonical_task_name(name: str) -> str:
     """The original's name for a task given by it, or by its GLUE folder name (any case)."""
+    if isinstance(name, str) and name.lower() in SPAN_TASKS:
+        return name.lower()
     try:
         return _ALIASES[name.lower()]
     except (KeyError, AttributeError):
         if name in NOT_YET:
-            raise InputError(f"task_names: {name!r} is not supported yet (GLUE tasks only); "
+            raise InputError(f"task_names: {name!r} is not supported yet (the MRQA tasks are not ported); "
                              f"give task_names, e.g. [\"mrpc\"]") from None
-        valid = ", ".join(sorted(TASKS)) + " (or " + ", ".join(t.folder for t in TASKS.values()) + ")"
-        raise InputError(f"task_names: unknown task {name!r}; GLUE tasks are {valid}") from None
+        valid = (", ".join(sorted(TASKS)) + " (or " + ", ".join(t.folder for t in TASKS.values()) + "), "
+                 + ", ".join(SPAN_TASKS))
+        raise InputError(f"task_names: unknown task {name!r}; tasks are {valid}") from None
 
 
 def get_task(name: str) -> GlueTask:

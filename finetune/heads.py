@@ -29,8 +29,8 @@ class ClsHead(tf_keras.layers.Layer):
         build_in_scope(self.dense, [None, self.hidden_size])
         super().build(input_shape)
 
-    def call(self, sequence_output, training=False):
-        """sequence_output [B, L, H] -> float32 [B, units]."""
+    def call(self, sequence_output, batch=None, training=False):
+        """sequence_output [B, L, H] -> float32 [B, units] (the batch is not needed)."""
         cls = self.dropout(sequence_output[:, 0], training=training)  # [B, H]
         return tf.cast(self.dense(cls), tf.float32)
 

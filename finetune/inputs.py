@@ -112,23 +112,24 @@ def epoch_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator
 
 
 def train_batches(features: Features, batch_size: int, num_steps: int, rng: np.random.Generator,
-                  dynamic: bool, max_seq_length: int) -> Iterator[dict]:
-    """`num_steps` training batches, epoch after epoch."""
+                  dynamic: bool, max_seq_length: int, make_batch=pad_batch) -> Iterator[dict]:
+    """`num_steps` training batches, epoch after epoch (made by `make_batch`, a task's own for
+    SQuAD and chunking)."""
     lengths = features.lengths
     produced = 0
     while produced < num_steps:
         for indices in epoch_batches(lengths, batch_size, rng, dynamic)[:num_steps - produced]:
-            yield pad_batch(features, indices, None if dynamic else max_seq_length)
+            yield make_batch(features, indices, None if dynamic else max_seq_length)
             produced += 1
 
 
-def eval_batches(features: Features, batch_size: int, dynamic: bool,
-                 max_seq_length: int) -> Iterator[Tuple[np.ndarray, dict]]:
+def eval_batches(features: Features, batch_size: int, dynamic: bool, max_seq_length: int,
+                 make_batch=pad_batch) -> Iterator[Tuple[np.ndarray, dict]]:
     """(example indices, batch) covering every example once; sorted by length when `dynamic`."""
     order = np.argsort(features.lengths, kind="stable") if dynamic else np.arange(len(features))
     for start in range(0, len(order), batch_size):
         indices = order[start:start + batch_size]
-        yield indices, pad_batch(features, indices, None if dynamic else max_seq_length)
+        yield indices, make_batch(features, indices, None if dynamic else max_seq_length)
 
 
 def steps_per_epoch(num_examples: int, batch_size: int) -> int:

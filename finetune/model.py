@@ -20,19 +20,22 @@ TASK_SCOPE = "task_specific"  # the layer-wise LR decay gives this scope the ful
 class FinetuningModel(tf_keras.Model):
     """`call(batch)` -> {task name: head output}; see `finetune.inputs` for the batch's keys."""
 
-    def __init__(self, encoder_config: BertConfig, tasks: Sequence, **kwargs):
+    def __init__(self, encoder_config: BertConfig, tasks: Sequence, config=None, **kwargs):
+        """`config` (a FinetuningConfig) sets the SQuAD head's options (finetune.span_tasks)."""
         super().__init__(name="finetuning_model", **kwargs)
         self.encoder_config = encoder_config
         self.tasks = list(tasks)
         self.encoder = build_encoder(encoder_config, name="electra")
-        self.heads = [make_head(task, encoder_config.hidden_size) for task in self.tasks]
+        hidden = encoder_config.hidden_size
+        self.heads = [task.make_head(config, hidden) if hasattr(task, "make_head") else make_head(task, hidden)
+                      for task in self.tasks]
         for head in self.heads:
             build_in_scope(head, None, TASK_SCOPE)
 
     def call(self, batch, training: bool = False) -> Dict[str, tf.Tensor]:
         sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
                                 training=training)  # [B, L, H]
-        return {task.name: head(sequence, training=training) for task, head in zip(self.tasks, self.heads)}
+        return {task.name: head(sequence, batch, training=training) for task, head in zip(self.tasks, self.heads)}
 
     def loss(self, batch, outputs, reduction: str = "sum") -> tf.Tensor:
         """Each example's loss under its own task's head, summed (or averaged) over the batch; []."""

@@ -25,7 +25,8 @@ from electra_tf.training.train_step import make_train_step
 from finetune import scorers
 from finetune.config import FinetuningConfig
 from finetune.data import EvalSplit, TaskData, load_task_data, make_tokenizer
-from finetune.inputs import eval_batches, steps_per_epoch, train_batches
+from finetune.glue import GlueTask
+from finetune.inputs import eval_batches, pad_batch, steps_per_epoch, train_batches
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
 from finetune.results import format_table, write_results
@@ -51,10 +52,15 @@ class Trial:
         self.config, self.data, self.trial, self.stream = config, data, trial, stream
         set_determinism(config.seed + trial - 1, deterministic=False)
         self.rng = np.random.default_rng(config.seed + trial - 1)
-        self.model = FinetuningModel(config.encoder_config(), data.tasks)
+        self.model = FinetuningModel(config.encoder_config(), data.tasks, config)
         self.model_dir = Path(config.model_dir(trial))
         self.checkpoint = tf.train.Checkpoint(finetuning_model=self.model)
-        self.predict_step = tf.function(self._predict, input_signature=[BATCH_SPEC])
+        # SQuAD and chunking (which train alone) add their own batch keys and make their own batches
+        self.batch_spec = dict(BATCH_SPEC)
+        for task in data.tasks:
+            self.batch_spec.update(getattr(task, "batch_spec", {}))
+        self.make_batch = getattr(data.tasks[0], "batch", pad_batch)
+        self.predict_step = tf.function(self._predict, input_signature=[self.batch_spec])
 
     def initialise(self) -> None:
         """The pretrained encoder (or a fine-tuned model to evaluate), unless random_init."""
@@ -82,20 +88,42 @@ class Trial:
         return self.model.predictions(outputs), losses
 
     def predict(self, split: EvalSplit):
-        """(predictions, per-example losses) of a split, in example order."""
+        """(predictions, per-example losses) of a split, in example (feature) order. A SQuAD or chunking
+        task's predictions are, per example, the head's arrays: {key: [array per feature]} / [array]."""
         n = len(split.features)
-        predictions, losses = np.zeros(n, np.float64), np.zeros(n, np.float64)
+        glue_task = isinstance(split.task, GlueTask)
+        predictions = np.zeros(n, np.float64) if glue_task else None
+        losses = np.zeros(n, np.float64)
         for indices, batch in eval_batches(split.features, self.config.eval_batch_size, self.config.dynamic_padding,
-                                           self.config.max_seq_length):
+                                           self.config.max_seq_length, self.make_batch):
             batch_predictions, batch_losses = self.predict_step(batch)
-            predictions[indices] = batch_predictions[split.task.name].numpy()
             losses[indices] = batch_losses[split.task.name].numpy()
+            own = batch_predictions[split.task.name]
+            if glue_task:
+                predictions[indices] = own.numpy()
+            elif isinstance(own, dict):
+                if predictions is None:
+                    predictions = {key: [None] * n for key in own}
+                for key, value in own.items():
+                    value = value.numpy()
+                    for row, index in enumerate(indices):
+                        predictions[key][index] = value[row]
+            else:
+                if predictions is None:
+                    predictions = [None] * n
+                own = own.numpy()
+                for row, index in enumerate(indices):
+                    predictions[index] = own[row]
         return predictions, losses
 
     def evaluate(self) -> Scores:
         scores: Scores = {}
         for split in self.data.dev:
             predictions, losses = self.predict(split)
+            if not isinstance(split.task, GlueTask):
+                scores[split.task.name] = {**split.task.score(self.config, split.examples, split.features, predictions,
+                                                              self.config.results_dir), "loss": float(losses.mean())}
+                continue
             labels = np.array([e.label for e in split.examples])
             metrics = split.task.metrics
             scores.setdefault(split.task.name, {}).update(
@@ -119,7 +147,7 @@ class Trial:
             return model.loss(batch, outputs, config.loss_reduction), outputs
 
         step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn)
-        return tf.function(lambda batch: step_fn(batch), input_signature=[BATCH_SPEC])
+        return tf.function(lambda batch: step_fn(batch), input_signature=[self.batch_spec])
 
     def train(self) -> Optional[Scores]:
         """Trains; returns the dev scores of the final (or, with keep_best_model, best) epoch, if any."""
@@ -135,7 +163,7 @@ class Trial:
         self.model_dir.mkdir(parents=True)
         scores, best, loss_sum, logged = None, -math.inf, 0.0, 0
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
-                                config.max_seq_length)
+                                config.max_seq_length, self.make_batch)
         for step, batch in enumerate(batches, start=1):
             loss = float(train_step(batch))
             if not math.isfinite(loss):

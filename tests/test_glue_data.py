@@ -66,8 +66,9 @@ def test_task_names_and_folders(tmp_path):
         ["sst", "sts", "sts", "mnli", "cola", "qqp", "wnli"]
     with pytest.raises(InputError, match="unknown task 'mnli-m'"):
         glue.canonical_task_name("mnli-m")
-    with pytest.raises(InputError, match="'chunk' is not supported yet"):
-        glue.canonical_task_name("chunk")
+    with pytest.raises(InputError, match="'newsqa' is not supported yet"):
+        glue.canonical_task_name("newsqa")
+    assert [glue.canonical_task_name(n) for n in ("SQuAD", "squadv1", "chunk")] == ["squad", "squadv1", "chunk"]
     (tmp_path / "rte").mkdir()
     (tmp_path / "RTE").mkdir()
     assert glue.task_dir(tmp_path, glue.get_task("RTE")) == tmp_path / "rte"  # the original's name first
@@ -219,7 +220,7 @@ def test_config_task_size_and_recipe_presets():
     ({"task_names": []}, "must be a non-empty list"),
     ({"task_names": ["mrpc", "MRPC"]}, "names a task twice"),
     ({"task_names": ["mrpc"], "loss_reduction": "max"}, "loss_reduction 'max'"),
-    ({}, "'chunk' is not supported yet"),
+    ({"task_names": ["triviaqa"]}, "'triviaqa' is not supported yet"),
 ])
 def test_config_errors(hparams, message):
     with pytest.raises(InputError, match=message):

@@ -22,7 +22,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining import PretrainingModel
-from electra_tf.tokenization import load_vocab
+from electra_tf.tokenization import load_vocab, special_ids
 from electra_tf.checkpoints.original import read_checkpoint
 from electra_tf.checkpoints.report import GLOBAL_STEP, LoadReport, assign_weights, variable_name
 
@@ -46,11 +46,6 @@ def is_model_dir(path) -> bool:
     return path.is_dir() and (path / CONFIG_FILE).is_file() and (path / "checkpoint").is_file()
 
 
-def special_ids(vocab_file) -> Dict[str, int]:
-    vocab = load_vocab(vocab_file)
-    return {"cls_id": vocab.index("[CLS]"), "sep_id": vocab.index("[SEP]"), "mask_id": vocab.index("[MASK]")}
-
-
 def check_vocab(vocab_file, vocab_size: int) -> None:
     """The vocab must have as many tokens as the word-embedding table has rows."""
     size = len(load_vocab(vocab_file))
@@ -61,7 +56,7 @@ def check_vocab(vocab_file, vocab_size: int) -> None:
 
 def build(config: PretrainingConfig, vocab_file) -> Built:
     """A PretrainingModel and its optimizer with all slots created (float32, no strategy)."""
-    model = PretrainingModel(config, **special_ids(vocab_file))
+    model = PretrainingModel(config, **special_ids(load_vocab(vocab_file)))
     optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
                                  weight_decay_rate=config.weight_decay_rate,
                                  warmup_steps=config.num_warmup_steps,

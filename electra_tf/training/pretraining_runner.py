@@ -27,7 +27,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.objectives import PretrainingMetrics
 from electra_tf.optimization import create_optimizer
-from electra_tf.tokenization import load_vocab
+from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import checkpointing, distribution
 from electra_tf.training.reporting import Reporter, write_results
@@ -42,7 +42,7 @@ def special_ids(config: PretrainingConfig) -> Dict[str, int]:
     if len(vocab) != config.vocab_size:
         raise InputError(f"vocab file {config.vocab_file} has {len(vocab)} tokens but vocab_size is "
                          f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
-    return {"cls_id": vocab.index("[CLS]"), "sep_id": vocab.index("[SEP]"), "mask_id": vocab.index("[MASK]")}
+    return vocab_special_ids(vocab)
 
 
 def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:

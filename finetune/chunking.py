@@ -1,0 +1,243 @@
+"""CoNLL-2000 chunking (the original's `chunk` task): reading, BIOES labels, first-sub-token
+featurization, the tagging head and the chunk-level F1.
+
+Files: `<task dir>/{train,dev,test}.txt`, one `word POS tag` line per token (word: first field,
+tag: last), a blank line between sentences, `-DOCSTART-` lines skipped. CoNLL-2000 ships no dev
+set: without a `dev.txt` the last tenth of train.txt's sentences (the last int(n / 10); 893 of
+8936) is held out as dev and removed from train -- a fixed, documented split. The original's README
+scores on the test set instead (it puts test.txt in dev.txt); split "test" reads test.txt.
+
+As the original: IOB2 tags become BIOES over the chunk spans; labels are the sorted BIOES tags of
+every split present; each word is lower-cased and accent-stripped (whatever do_lower_case says)
+and WordPiece-tokenized on its own, and only its first sub-token is labelled; the input is
+`[CLS] words [SEP]` with every segment id 1; the loss of a sentence is summed over its words.
+Long sentences are cut as the original does (no word is started once n_words + 2 + tokens so far
++ 1 exceeds max_seq_length; here also none that would not fit); `TaggingFeatures.words_cut`
+counts the words lost.
+
+Chunks are read from a tag sequence with conlleval's boundary rules (IOB2 and BIOES alike; a
+change of type, or I/E after O/E/S, starts a chunk); precision, recall and F1 (×100) count chunks
+whose start, end and type all match, exactly as conlleval.
+"""
+
+import dataclasses
+import unicodedata
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.errors import InputError
+from electra_tf.modeling.layer_utils import build_in_scope
+from electra_tf.tokenization import Tokenizer
+from finetune.inputs import Features, _tokenize, pad_batch
+
+TASK_NAME = "chunk"
+DEV_HOLDOUT = 10  # without dev.txt, the last 1/10 of train.txt is the dev split
+
+
+@dataclasses.dataclass
+class Sentence:
+    eid: int
+    words: Tuple[str, ...]
+    tags: Tuple[str, ...]  # as in the file (IOB2 for CoNLL-2000)
+
+
+def read_sentences(path, max_sentences: Optional[int] = None) -> List[Sentence]:
+    """The sentences of one CoNLL file; a line with fewer than two fields is an InputError."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read it ({error})") from None
+    sentences, current = [], []
+    for number, line in enumerate(lines + [""], start=1):
+        fields = line.split()
+        if not fields:
+            if current:
+                words, tags = zip(*current)
+                sentences.append(Sentence(len(sentences), words, tags))
+                current = []
+                if max_sentences is not None and len(sentences) >= max_sentences:
+                    break
+            continue
+        if fields[0] == "-DOCSTART-":
+            continue
+        if len(fields) < 2:
+            raise InputError(f"{path}:{number}: expected `word ... tag`, found {line.strip()!r}")
+        tag = fields[-1]
+        if tag != "O" and (len(tag) < 3 or tag[1] != "-" or tag[0] not in "BIES"):
+            raise InputError(f"{path}:{number}: tag {tag!r} is not O or B-/I-/E-/S-<type>")
+        current.append((fields[0], tag))
+    if not sentences:
+        raise InputError(f"{path}: holds no sentences")
+    return sentences
+
+
+def read_split(task_dir, split: str, max_sentences: Optional[int] = None) -> List[Sentence]:
+    """"train", "dev" or "test" (see the module docstring for the held-out dev split)."""
+    task_dir = Path(task_dir)
+    own = task_dir / f"{split}.txt"
+    if split == "test" or (split == "dev" and own.is_file()):
+        if not own.is_file():
+            raise InputError(f"chunk: no {split} file {own}")
+        return read_sentences(own, max_sentences)
+    if split not in ("train", "dev"):
+        raise InputError(f"chunk: unknown split {split!r} (train, dev or test)")
+    train = read_sentences(task_dir / "train.txt")
+    held_out = 0 if (task_dir / "dev.txt").is_file() else len(train) // DEV_HOLDOUT
+    chosen = train[:len(train) - held_out] if split == "train" else train[len(train) - held_out:]
+    chosen = chosen[:max_sentences]
+    return [Sentence(i, s.words, s.tags) for i, s in enumerate(chosen)]
+
+
+def _parts(tag: str) -> Tuple[str, str]:
+    return ("O", "") if tag == "O" else (tag[0], tag[2:])
+
+
+def chunks(tags: Sequence[str]) -> Set[Tuple[int, int, str]]:
+    """(first word, last word, type) of every chunk, by conlleval's startOfChunk / endOfChunk."""
+    found, start = set(), None
+    previous, previous_type = "O", ""
+    for i, tag in enumerate(list(tags) + ["O"]):
+        kind, chunk_type = _parts(tag)
+        ends = (previous in "ES" or (previous in "BI" and kind in "BSO")
+                or (previous != "O" and previous_type != chunk_type))
+        starts = (kind in "BS" or (previous in "ESO" and kind in "EI")
+                  or (kind != "O" and previous_type != chunk_type))
+        if ends and start is not None:
+            found.add((start, i - 1, previous_type))
+            start = None
+        if starts:
+            start = i
+        previous, previous_type = kind, chunk_type
+    return found
+
+
+def to_bioes(tags: Sequence[str]) -> List[str]:
+    """The chunks of a tag sequence written as BIOES (S- single word; B-, I-, E- longer chunks)."""
+    bioes = ["O"] * len(tags)
+    for first, last, chunk_type in chunks(tags):
+        if first == last:
+            bioes[first] = "S-" + chunk_type
+        else:
+            bioes[first:last + 1] = ["B-" + chunk_type] + ["I-" + chunk_type] * (last - first - 1) + ["E-" + chunk_type]
+    return bioes
+
+
+def label_mapping(*splits: Sequence[Sentence]) -> Dict[str, int]:
+    """{BIOES tag: id}, tags sorted, over every sentence given (the original's mapping)."""
+    tags = {tag for sentences in splits for s in sentences for tag in to_bioes(s.tags)}
+    return {tag: i for i, tag in enumerate(sorted(tags))}
+
+
+def chunk_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> Dict[str, float]:
+    """conlleval's overall precision, recall and FB1 (×100) over sentences of tags."""
+    correct = found_gold = found_predicted = 0
+    for gold_tags, predicted_tags in zip(gold, predicted):
+        gold_chunks, predicted_chunks = chunks(gold_tags), chunks(predicted_tags)
+        correct += len(gold_chunks & predicted_chunks)
+        found_gold += len(gold_chunks)
+        found_predicted += len(predicted_chunks)
+    precision = 100.0 * correct / found_predicted if found_predicted else 0.0
+    recall = 100.0 * correct / found_gold if found_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def _uncased(word: str) -> str:
+    """The original's tagging words: always lower-cased and accent-stripped."""
+    word = word.lower()
+    if word.isascii():
+        return word
+    return "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn")
+
+
+@dataclasses.dataclass
+class TaggingFeatures(Features):
+    """`Features` plus, per sentence, the first sub-token of each kept word and its label."""
+
+    labeled_positions: List[np.ndarray]  # each int32 [kept words]
+    labels: List[np.ndarray]  # each int32 [kept words]
+    words_cut: int  # words past max_seq_length, not labelled (and not scored)
+
+
+def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_length: int,
+              mapping: Dict[str, int], task_id: int = 0) -> TaggingFeatures:
+    words = [_uncased(w) for s in sentences for w in s.words]
+    pieces = _tokenize(tokenizer, words)
+    token_ids, positions, labels, cursor, cut = [], [], [], 0, 0
+    for sentence in sentences:
+        n_words = len(sentence.words)
+        ids, tagged = [tokenizer.cls_id], []
+        for word_pieces in pieces[cursor:cursor + n_words]:
+            if n_words + 2 + len(ids) + 1 > max_seq_length or len(ids) + len(word_pieces) + 1 > max_seq_length:
+                break
+            tagged.append(len(ids))
+            ids += [int(p) for p in word_pieces]
+        cursor += n_words
+        cut += n_words - len(tagged)
+        token_ids.append(np.asarray(ids + [tokenizer.sep_id], np.int32))
+        positions.append(np.asarray(tagged, np.int32))
+        bioes = to_bioes(sentence.tags)[:len(tagged)]
+        try:
+            labels.append(np.asarray([mapping[tag] for tag in bioes], np.int32))
+        except KeyError as error:
+            raise InputError(f"chunk: tag {error.args[0]} of sentence {sentence.eid} is not in the label "
+                             f"mapping ({len(mapping)} tags)") from None
+    n = len(sentences)
+    segment_ids = [np.ones(len(ids), np.int32) for ids in token_ids]  # all 1, as the original
+    return TaggingFeatures(token_ids, segment_ids, np.full(n, task_id, np.int32), np.zeros(n, np.int32),
+                           np.zeros(n, np.float32), positions, labels, cut)
+
+
+def tagging_batch(features: TaggingFeatures, indices: Sequence[int], pad_to: Optional[int] = None) -> dict:
+    """`finetune.inputs.pad_batch` plus labeled_positions, tag_ids (int32 [B, W]) and labels_mask
+    (float32 [B, W]), W the most kept words in the batch."""
+    batch = pad_batch(features, indices, pad_to)
+    width = max(1, max(len(features.labels[i]) for i in indices))
+    positions = np.zeros([len(indices), width], np.int32)
+    tag_ids = np.zeros([len(indices), width], np.int32)
+    mask = np.zeros([len(indices), width], np.float32)
+    for row, i in enumerate(indices):
+        n = len(features.labels[i])
+        positions[row, :n], tag_ids[row, :n], mask[row, :n] = features.labeled_positions[i], features.labels[i], 1.0
+    batch.update(labeled_positions=positions, tag_ids=tag_ids, labels_mask=mask)
+    return batch
+
+
+class TaggingHead(tf_keras.layers.Layer):
+    """dense(n_tags) on the first sub-token of each word; variables task_specific/<task>/dense
+    (no dropout, as the original's tagging head)."""
+
+    def __init__(self, task_name: str, num_tags: int, hidden_size: int, **kwargs):
+        super().__init__(name=task_name, **kwargs)
+        self.hidden_size = hidden_size
+        self.dense = tf_keras.layers.Dense(num_tags, name="dense")
+
+    def build(self, input_shape=None):
+        build_in_scope(self.dense, [None, self.hidden_size])
+        super().build(input_shape)
+
+    def call(self, sequence_output, batch, training=False):
+        """sequence_output [B, L, H] -> logits float32 [B, W, n_tags]."""
+        words = tf.gather(sequence_output, batch["labeled_positions"], batch_dims=1)  # [B, W, H]
+        return tf.cast(self.dense(words), tf.float32)
+
+    def per_example_loss(self, logits, batch):
+        """-> [B]: cross-entropy summed over the sentence's labelled words."""
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["tag_ids"], logits=logits)  # [B, W]
+        return tf.reduce_sum(losses * batch["labels_mask"], axis=-1)
+
+    def predictions(self, logits):
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, W]
+
+
+def score(features: TaggingFeatures, predicted: Sequence[np.ndarray], mapping: Dict[str, int]) -> Dict[str, float]:
+    """Chunk P/R/F1 of predicted tag ids (per sentence, one per kept word) against the gold labels."""
+    names = {i: tag for tag, i in mapping.items()}
+    gold = [[names[int(i)] for i in labels] for labels in features.labels]
+    guessed = [[names[int(i)] for i in np.asarray(p)[:len(labels)]] for p, labels in zip(predicted, features.labels)]
+    return chunk_f1(gold, guessed)

@@ -1,0 +1,347 @@
+"""SQuAD 1.1 / 2.0: reading the official JSON and cutting questions + contexts into model windows.
+
+Reading (the original's `QATask._add_examples`): a context is split into words on SQuAD whitespace
+(space, tab, CR, LF, U+202F); each character maps to the word it lies in, and an answer's
+`answer_start` (a character offset) gives its first and last word. A bad file -- malformed JSON,
+a missing field, a question with no context, an answer whose `answer_start` does not point at its
+text -- raises InputError naming the file and the question id; nothing is skipped silently.
+
+Featurizing (the original's `QATask.featurize`): every word is WordPiece-tokenized on its own;
+`[CLS] question [SEP] window [SEP]` (question cut to max_query_length tokens, segment 0; window
+and its `[SEP]` segment 1), windows of at most max_seq_length - len(question) - 3 tokens starting
+every min(window, doc_stride) tokens; feature eid = 1000 * example eid + window index. Gold
+start/end point at the answer's tokens inside the window, or both at 0 (`[CLS]`) when the window
+does not hold the whole answer or the question is unanswerable.
+
+Unlike the original, every sub-token also keeps the character range of the context it came from
+(`DocTokens.char_start/char_end`), so a predicted token span maps back to the exact context
+substring, and the gold token span is the tokens overlapping the answer's characters (the
+original reached the same span through `_improve_answer_span`).
+"""
+
+import dataclasses
+import json
+import unicodedata
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from electra_tf.errors import InputError
+from electra_tf.tokenization import SUFFIX_INDICATOR, Tokenizer
+from finetune.inputs import Features, _tokenize, pad_batch
+
+SPAN_EID_FACTOR = 1000  # feature eid = 1000 * example eid + window index (the original's)
+TASKS = {"squad": True, "squadv1": False}  # the original's task names -> is SQuAD 2.0
+
+
+def split_file(finetuning_data, task_name: str, split: str) -> Path:
+    """`finetuning_data/<task>/<split>.json`, the original's layout (split: train, dev or test)."""
+    path = Path(finetuning_data) / task_name / f"{split}.json"
+    if not path.is_file():
+        raise InputError(f"task {task_name}: no {split} file {path}")
+    return path
+
+
+def is_whitespace(char: str) -> bool:
+    """SQuAD's word separators (the original's `is_whitespace`; U+00A0 stays inside words)."""
+    return char in " \t\r\n" or ord(char) == 0x202F
+
+
+@dataclasses.dataclass
+class Paragraph:
+    """A context, its whitespace words and each word's [start, end) character range."""
+
+    context: str
+    words: List[str]
+    word_start: np.ndarray  # int32 [W]
+    word_end: np.ndarray  # int32 [W]
+    char_to_word: np.ndarray  # int32 [len(context)]: the word a character is in (or precedes)
+
+    @classmethod
+    def split(cls, context: str) -> "Paragraph":
+        words, starts, ends, char_to_word = [], [], [], []
+        previous_is_space = True
+        for index, char in enumerate(context):
+            if is_whitespace(char):
+                previous_is_space = True
+            else:
+                if previous_is_space:
+                    words.append(char)
+                    starts.append(index)
+                    ends.append(index + 1)
+                else:
+                    words[-1] += char
+                    ends[-1] = index + 1
+                previous_is_space = False
+            char_to_word.append(len(words) - 1)
+        return cls(context, words, np.asarray(starts, np.int32), np.asarray(ends, np.int32),
+                   np.asarray(char_to_word, np.int32))
+
+
+@dataclasses.dataclass
+class Example:
+    """One question. Positions are None when the split carries no answers (a test file)."""
+
+    eid: int
+    qas_id: str
+    question: str
+    paragraph: Paragraph
+    is_impossible: bool = False
+    answer_text: Optional[str] = None  # the first answer ("" when unanswerable)
+    answer_start: int = -1  # its character offset in the context (-1 when unanswerable)
+    start_word: int = -1
+    end_word: int = -1
+    answers: Tuple[Tuple[int, str], ...] = ()  # (answer_start, text) of every gold answer
+
+    @property
+    def answer_end(self) -> int:
+        """One past the answer's last character."""
+        return self.answer_start + len(self.answer_text or "")
+
+
+def _field(mapping, key, kind, where: str):
+    if not isinstance(mapping, dict) or key not in mapping:
+        raise InputError(f"{where}: missing field {key!r}")
+    value = mapping[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise InputError(f"{where}: field {key!r} is {type(value).__name__}, expected {kind.__name__}")
+    return value
+
+
+def load_dataset(path) -> list:
+    """The `data` list (articles) of a SQuAD JSON file; InputError for unreadable or malformed JSON."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise InputError(f"{path}: cannot read it ({error})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: not valid SQuAD JSON ({error})") from None
+    return _field(document, "data", list, str(path))
+
+
+def _answers(qa: dict, context: str, where: str) -> Tuple[Tuple[int, str], ...]:
+    """(answer_start, text) of every answer of an answerable question, each checked."""
+    answers = _field(qa, "answers", list, where)
+    if not answers:
+        raise InputError(f"{where}: answerable question has no answers")
+    checked = []
+    for number, answer in enumerate(answers):
+        text = _field(answer, "text", str, f"{where} answer {number}")
+        start = _field(answer, "answer_start", int, f"{where} answer {number}")
+        if not text.strip() or start < 0 or context[start:start + len(text)] != text:
+            found = context[max(start, 0):max(start, 0) + len(text)]
+            raise InputError(f"{where}: answer {number}: answer_start {start} does not point at the answer "
+                             f"text {text!r} (the context there reads {found!r})")
+        checked.append((start, text))
+    return tuple(checked)
+
+
+def read_examples(path, v2: bool, max_examples: Optional[int] = None) -> List[Example]:
+    """The questions of a SQuAD file, in file order; `v2` reads `is_impossible` (SQuAD 2.0).
+
+    Answers are read whenever the file has them (train and dev; the scorer reads the dev answers
+    from the file itself, the first answer's positions give the dev loss)."""
+    examples: List[Example] = []
+    for article_index, article in enumerate(load_dataset(path)):
+        where_article = f"{path}: article {article_index}"
+        for paragraph_index, paragraph_json in enumerate(_field(article, "paragraphs", list, where_article)):
+            questions = paragraph_json.get("qas") if isinstance(paragraph_json, dict) else None
+            first_id = questions[0].get("id") if questions and isinstance(questions[0], dict) else None
+            context = _field(paragraph_json, "context", str,
+                             f"{where_article} paragraph {paragraph_index} (question {first_id})")
+            paragraph = Paragraph.split(context)
+            for qa in _field(paragraph_json, "qas", list, where_article):
+                qas_id = qa.get("id", "?") if isinstance(qa, dict) else "?"
+                where = f"{path}: question {qas_id}"
+                _field(qa, "id", str, where)
+                question = _field(qa, "question", str, where)
+                if not paragraph.words:
+                    raise InputError(f"{where}: the question has no context (its paragraph is empty)")
+                labelled = "answers" in qa  # a test file has no answers
+                is_impossible = v2 and labelled and _field(qa, "is_impossible", bool, where)
+                example = Example(len(examples), qas_id, question, paragraph, is_impossible)
+                if is_impossible:
+                    example.answer_text = ""
+                elif labelled:
+                    example.answers = _answers(qa, context, where)
+                    example.answer_start, example.answer_text = example.answers[0]
+                    example.start_word = int(paragraph.char_to_word[example.answer_start])
+                    example.end_word = int(paragraph.char_to_word[example.answer_end - 1])
+                examples.append(example)
+                if max_examples is not None and len(examples) >= max_examples:
+                    return examples
+    if not examples:
+        raise InputError(f"{path}: holds no questions")
+    return examples
+
+
+def _normalized_chars(word: str, lower: bool) -> Tuple[str, List[int]]:
+    """The word as WordPiece sees it (cleaned; lower-cased and accent-stripped if `lower`) and, for
+    each of its characters, the index of the word character it came from."""
+    if word.isascii():
+        return (word.lower() if lower else word), list(range(len(word)))
+    text, origin = [], []
+    for index, char in enumerate(word):
+        if char in "\x00\ufffd" or unicodedata.category(char).startswith("C"):
+            continue
+        piece = char
+        if lower:
+            piece = "".join(c for c in unicodedata.normalize("NFD", char.lower())
+                            if unicodedata.category(c) != "Mn")
+        text.append(piece)
+        origin += [index] * len(piece)
+    return "".join(text), origin
+
+
+@dataclasses.dataclass
+class DocTokens:
+    """A context's sub-tokens: ids, the word each came from, and its [start, end) characters."""
+
+    ids: np.ndarray  # int32 [T]
+    word: np.ndarray  # int32 [T]
+    char_start: np.ndarray  # int32 [T]
+    char_end: np.ndarray  # int32 [T]
+
+    def text(self, context: str, first: int, last: int) -> str:
+        """The context substring that sub-tokens first..last (inclusive) cover."""
+        return context[self.char_start[first]:self.char_end[last]]
+
+    def span_of(self, start_char: int, end_char: int) -> Tuple[int, int]:
+        """First and last sub-token overlapping the characters [start_char, end_char)."""
+        inside = np.nonzero((self.char_end > start_char) & (self.char_start < end_char))[0]
+        return int(inside[0]), int(inside[-1])
+
+
+def align_tokens(paragraph: Paragraph, word_ids: Sequence[np.ndarray], tokenizer: Tokenizer) -> DocTokens:
+    """Each sub-token's character range: its text (without "##") matched in the normalized word;
+    a token that does not match ([UNK], ...) and those after it span the rest of the word."""
+    ids, words, starts, ends = [], [], [], []
+    for w, (word, pieces) in enumerate(zip(paragraph.words, word_ids)):
+        offset, word_end = int(paragraph.word_start[w]), int(paragraph.word_end[w])
+        normalized, origin = _normalized_chars(word, tokenizer.do_lower_case)
+        position, aligned = 0, True
+        for token_id in pieces:
+            piece = tokenizer.vocab[int(token_id)]
+            piece = piece[len(SUFFIX_INDICATOR):] if piece.startswith(SUFFIX_INDICATOR) else piece
+            aligned = aligned and normalized.startswith(piece, position) and len(piece) > 0
+            if aligned:
+                start, end = offset + origin[position], offset + origin[position + len(piece) - 1] + 1
+                position += len(piece)
+            else:
+                start = offset + origin[position] if position < len(origin) else offset
+                end = word_end
+            ids.append(int(token_id))
+            words.append(w)
+            starts.append(start)
+            ends.append(end)
+    as_array = lambda values: np.asarray(values, np.int32)  # noqa: E731
+    return DocTokens(as_array(ids), as_array(words), as_array(starts), as_array(ends))
+
+
+def tokenize_paragraphs(examples: Sequence[Example], tokenizer: Tokenizer) -> Dict[int, DocTokens]:
+    """{id(paragraph): DocTokens} for the distinct contexts of the examples (each tokenized once)."""
+    paragraphs = list({id(e.paragraph): e.paragraph for e in examples}.values())
+    pieces = _tokenize(tokenizer, [word for p in paragraphs for word in p.words])
+    tokens, cursor = {}, 0
+    for paragraph in paragraphs:
+        tokens[id(paragraph)] = align_tokens(paragraph, pieces[cursor:cursor + len(paragraph.words)], tokenizer)
+        cursor += len(paragraph.words)
+    return tokens
+
+
+@dataclasses.dataclass
+class QAFeatures(Features):
+    """Windows of `Features` plus what the QA head, loss and postprocessing need, per window."""
+
+    eids: np.ndarray  # int64 [N]: 1000 * example eid + window index
+    example_index: np.ndarray  # int32 [N]: position of the example in the featurized list
+    doc_start: np.ndarray  # int32 [N]: the window's first sub-token in DocTokens
+    doc_offset: np.ndarray  # int32 [N]: where that token sits in the input (len(question) + 2)
+    doc_length: np.ndarray  # int32 [N]
+    max_context: List[np.ndarray]  # each bool [doc_length]: is this window the token's best context
+    start_positions: np.ndarray  # int32 [N]
+    end_positions: np.ndarray  # int32 [N]
+    is_impossible: np.ndarray  # float32 [N]
+    doc_tokens: Dict[int, DocTokens]  # id(paragraph) -> its sub-tokens
+
+
+def window_starts(num_tokens: int, window: int, doc_stride: int) -> List[Tuple[int, int]]:
+    """(start, length) of each window over num_tokens sub-tokens (the original's doc spans)."""
+    spans, start = [], 0
+    while start < num_tokens:
+        length = min(num_tokens - start, window)
+        spans.append((start, length))
+        if start + length == num_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def max_context(spans: List[Tuple[int, int]], num_tokens: int) -> List[np.ndarray]:
+    """Per window, whether it is each of its tokens' window with most context: the highest
+    min(left, right) + 0.01 * window length, the first window on ties (the original's rule)."""
+    scores = np.full([len(spans), num_tokens], -np.inf)
+    for i, (start, length) in enumerate(spans):
+        position = np.arange(length)
+        scores[i, start:start + length] = np.minimum(position, length - 1 - position) + 0.01 * length
+    best = np.argmax(scores, axis=0)  # [T]
+    return [best[start:start + length] == i for i, (start, length) in enumerate(spans)]
+
+
+def featurize(examples: Sequence[Example], tokenizer: Tokenizer, max_seq_length: int, doc_stride: int,
+              max_query_length: int, task_id: int = 0, drop_windows_without_answer: bool = False) -> QAFeatures:
+    """Every window of every example (see the module docstring). With `drop_windows_without_answer`
+    (SQuAD 1.1 training, as the original) a window that does not hold the gold answer is left out;
+    otherwise it points at [CLS] (start = end = 0), a no-answer window for SQuAD 2.0."""
+    doc_tokens = tokenize_paragraphs(examples, tokenizer)
+    questions = _tokenize(tokenizer, [e.question for e in examples])
+    rows = {name: [] for name in ("token_ids", "segment_ids", "eids", "example_index", "doc_start", "doc_offset",
+                                  "doc_length", "max_context", "start_positions", "end_positions",
+                                  "is_impossible")}
+    for index, (example, query) in enumerate(zip(examples, questions)):
+        query = list(query[:max_query_length])
+        tokens = doc_tokens[id(example.paragraph)]
+        window = max_seq_length - len(query) - 3
+        if window < 1:
+            raise InputError(f"max_seq_length {max_seq_length} leaves no room for the context after a "
+                             f"{len(query)}-token question (max_query_length {max_query_length})")
+        gold = None
+        if example.answer_text and not example.is_impossible:
+            gold = tokens.span_of(example.answer_start, example.answer_end)
+        spans = window_starts(len(tokens.ids), window, doc_stride)
+        for span_index, ((start, length), best) in enumerate(zip(spans, max_context(spans, len(tokens.ids)))):
+            offset = len(query) + 2
+            ids = [tokenizer.cls_id, *query, tokenizer.sep_id, *tokens.ids[start:start + length], tokenizer.sep_id]
+            inside = gold is not None and start <= gold[0] and gold[1] < start + length
+            if drop_windows_without_answer and not inside:
+                continue
+            rows["token_ids"].append(np.asarray(ids, np.int32))
+            rows["segment_ids"].append(np.asarray([0] * offset + [1] * (length + 1), np.int32))
+            rows["eids"].append(SPAN_EID_FACTOR * example.eid + span_index)
+            rows["example_index"].append(index)
+            rows["doc_start"].append(start)
+            rows["doc_offset"].append(offset)
+            rows["doc_length"].append(length)
+            rows["max_context"].append(best)
+            rows["start_positions"].append(gold[0] - start + offset if inside else 0)
+            rows["end_positions"].append(gold[1] - start + offset if inside else 0)
+            rows["is_impossible"].append(float(example.is_impossible))
+    n = len(rows["eids"])
+    ints = lambda name: np.asarray(rows[name], np.int32)  # noqa: E731
+    return QAFeatures(rows["token_ids"], rows["segment_ids"], np.full(n, task_id, np.int32),
+                      np.zeros(n, np.int32), np.zeros(n, np.float32), np.asarray(rows["eids"], np.int64),
+                      ints("example_index"), ints("doc_start"), ints("doc_offset"), ints("doc_length"),
+                      rows["max_context"], ints("start_positions"), ints("end_positions"),
+                      np.asarray(rows["is_impossible"], np.float32), doc_tokens)
+
+
+def qa_batch(features: QAFeatures, indices: Sequence[int], pad_to: Optional[int] = None) -> dict:
+    """`finetune.inputs.pad_batch` plus start_positions, end_positions (int32 [B]) and
+    is_impossible (float32 [B])."""
+    batch = pad_batch(features, indices, pad_to)
+    indices = np.asarray(indices)
+    batch.update(start_positions=features.start_positions[indices], end_positions=features.end_positions[indices],
+                 is_impossible=features.is_impossible[indices])
+    return batch
