@@ -6,13 +6,18 @@ SavedModel (issue #5).
     python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT
     python convert_checkpoint.py from-hf       --hf-dir DIR --output-dir D/models/M
     python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT
+    python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1 \
+                                               [--task mrpc] --output-dir OUT
 
-A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N). Imports print a
-load report (loaded / missing / unused variables); an existing output dir needs --overwrite.
+A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
+takes a trial's dir of run_finetuning.py (a GLUE classifier or STS-B regressor on raw text; --task
+picks one task of a multi-task run). Imports print a load report (loaded / missing / unused
+variables); an existing output dir needs --overwrite.
 """
 
 import argparse
 import sys
+from pathlib import Path
 
 from electra_tf.errors import InputError
 
@@ -39,7 +44,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     model_dir_help = "a model dir written by run_pretraining.py (its latest checkpoint is used)"
     command("to-original", "export to the original release's TF1 naming", "--model-dir", model_dir_help)
     command("to-hf", "export to HF transformers dirs", "--model-dir", model_dir_help)
-    command("saved-model", "export the discriminator as a SavedModel on raw text", "--model-dir", model_dir_help)
+    served = command("saved-model", "export the discriminator, or a fine-tuned GLUE model, as a SavedModel on "
+                     "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
+                     "finetuning_models/<tasks>_model_<trial>")
+    served.add_argument("--task", default=None, help="fine-tuned dirs: the task to serve (default: the run's only one)")
     return parser.parse_args(argv)
 
 
@@ -53,6 +61,16 @@ def main(argv=None) -> int:
         elif args.command == "from-hf":
             report = convert.from_hf(args.hf_dir, args.output_dir, args.hparams, args.overwrite)
         elif args.command == "saved-model":
+            if not Path(args.model_dir).is_dir():
+                raise InputError(f"model dir {args.model_dir} does not exist")
+            from finetune import saved_model as finetuned
+            if finetuned.is_finetuned_dir(args.model_dir):
+                task = finetuned.export_finetuned(args.model_dir, args.output_dir, args.task, args.overwrite).task
+                print(f"wrote {args.output_dir} (task {task.name}: "
+                      f"{'score' if task.is_regression else 'probabilities, label'} on raw text)")
+                return 0
+            if args.task is not None:
+                raise InputError(f"--task: {args.model_dir} is a pretrained model dir (no fine-tuned model)")
             report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite)
         elif args.command == "to-original":
             print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite)}")

@@ -4,8 +4,9 @@ Each trial (seed `seed + trial - 1`) builds a fresh model, loads the pretrained 
 weights (or keeps random ones with `random_init`), trains with the original's optimizer (AdamW
 without bias correction, layer-wise LR decay, 10 % warmup, linear decay, clip 1.0) through the
 shared `electra_tf.training.train_step.make_train_step`, evaluates every epoch, saves its model
-to `finetuning_models/<tasks>_model_<trial>/finetuned`, and optionally writes GLUE-server test
-files from the trial with the best dev score so far. Results are rewritten after every trial.
+to `finetuning_models/<tasks>_model_<trial>/finetuned` (beside the run's config and vocab, which
+`finetune.saved_model` exports from), and optionally writes GLUE-server test files from the trial
+with the best dev score so far. Results are rewritten after every trial.
 """
 
 import math
@@ -17,6 +18,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer
 from electra_tf.progress import Progress
@@ -34,6 +36,7 @@ from finetune.test_predictions import GLUE_TEST_DIR, write_server_file
 
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
 BEST = "best"  # the best epoch's checkpoint (keep_best_model)
+RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
 BATCH_SPEC = {"input_ids": tf.TensorSpec([None, None], tf.int32), "input_mask": tf.TensorSpec([None, None], tf.int32),
               "segment_ids": tf.TensorSpec([None, None], tf.int32), "task_id": tf.TensorSpec([None], tf.int32),
               "label_ids": tf.TensorSpec([None], tf.int32), "targets": tf.TensorSpec([None], tf.float32)}
@@ -161,6 +164,8 @@ class Trial:
         progress = Progress(num_steps, "train", " steps", stream=self.stream)
         shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
         self.model_dir.mkdir(parents=True)
+        self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab, what an export needs
+        shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
         scores, best, loss_sum, logged = None, -math.inf, 0.0, 0
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
                                 config.max_seq_length, self.make_batch)
