@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.errors import InputError
+from checkpoint_helpers import encoder_shapes  # the spec §6.4 names, written out once
 from electra_tf.modeling import BertConfig, ElectraModel, build_encoder, generator_config
 
 SMALL = dict(hidden_size=256, num_hidden_layers=12, num_attention_heads=4, intermediate_size=1024, embedding_size=128)
@@ -36,33 +37,6 @@ def test_discriminator_parameter_count_matches_released_models(size, expected):
 # Names and tying
 
 
-def _expected_encoder_names(prefix, hidden, ffn, layers, emb_width, vocab, own_embeddings, positions=512):
-    names = {}
-    if own_embeddings:
-        names.update({f"{prefix}/embeddings/word_embeddings": (vocab, emb_width),
-                      f"{prefix}/embeddings/token_type_embeddings": (2, emb_width),
-                      f"{prefix}/embeddings/position_embeddings": (positions, emb_width),
-                      f"{prefix}/embeddings/LayerNorm/gamma": (emb_width,),
-                      f"{prefix}/embeddings/LayerNorm/beta": (emb_width,)})
-    if emb_width != hidden:
-        names.update({f"{prefix}/embeddings_project/kernel": (emb_width, hidden),
-                      f"{prefix}/embeddings_project/bias": (hidden,)})
-    for i in range(layers):
-        layer = f"{prefix}/encoder/layer_{i}"
-        for proj in ("query", "key", "value"):
-            names.update({f"{layer}/attention/self/{proj}/kernel": (hidden, hidden),
-                          f"{layer}/attention/self/{proj}/bias": (hidden,)})
-        names.update({f"{layer}/attention/output/dense/kernel": (hidden, hidden),
-                      f"{layer}/attention/output/dense/bias": (hidden,),
-                      f"{layer}/intermediate/dense/kernel": (hidden, ffn),
-                      f"{layer}/intermediate/dense/bias": (ffn,),
-                      f"{layer}/output/dense/kernel": (ffn, hidden),
-                      f"{layer}/output/dense/bias": (hidden,)})
-        for norm in ("attention/output", "output"):
-            names.update({f"{layer}/{norm}/LayerNorm/gamma": (hidden,), f"{layer}/{norm}/LayerNorm/beta": (hidden,)})
-    return names
-
-
 def _mlm_head_names(hidden, emb_width, vocab):
     return {"generator_predictions/dense/kernel": (hidden, emb_width),
             "generator_predictions/dense/bias": (emb_width,),
@@ -86,8 +60,8 @@ def small_electra():
 
 def test_small_model_variable_names_follow_the_original(small_electra):
     vocab = 50
-    expected = _expected_encoder_names("electra", 256, 1024, 12, 128, vocab, own_embeddings=True)
-    expected.update(_expected_encoder_names("generator", 64, 256, 12, 128, vocab, own_embeddings=False))
+    expected = encoder_shapes("electra", 256, 1024, 12, 128, vocab, own_embeddings=True)
+    expected.update(encoder_shapes("generator", 64, 256, 12, 128, vocab, own_embeddings=False))
     expected.update(_mlm_head_names(64, 128, vocab))
     expected.update({"discriminator_predictions/dense/kernel": (256, 256),
                      "discriminator_predictions/dense/bias": (256,),
@@ -146,7 +120,7 @@ def test_tied_generator_is_the_discriminator_encoder():
 
 def test_bert_objective_has_only_the_encoder_and_the_mlm_head():
     model = ElectraModel(TINY, objective="bert")
-    expected = _expected_encoder_names("electra", 8, 16, 2, 6, 13, own_embeddings=True, positions=16)
+    expected = encoder_shapes("electra", 8, 16, 2, 6, 13, own_embeddings=True, positions=16)
     expected.update(_mlm_head_names(8, 6, 13))
     assert _names(model) == expected
     with pytest.raises(ValueError, match="no discriminator"):
