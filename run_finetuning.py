@@ -11,33 +11,17 @@ results/<tasks>_qa/<task>_{preds,null_odds,eval}.json and, with "write_test_outp
 files to DATA_DIR/models/NAME/results/glue_test/.
 """
 
-import argparse
 import sys
 
-from electra_tf.errors import InputError
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", required=True, help="holds finetuning_data/ and models/")
-    parser.add_argument("--model-name", required=True, help="the pretrained model: DATA_DIR/models/NAME")
-    parser.add_argument("--hparams", default="{}", help="JSON object, or a path ending in .json")
-    return parser.parse_args(argv)
+from electra_tf.cli import exit_code, run_arguments
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = run_arguments(__doc__, "holds finetuning_data/ and models/",
+                         "the pretrained model: DATA_DIR/models/NAME", argv)
     from finetune.config import FinetuningConfig
     from finetune.runner import run
-    try:
-        run(FinetuningConfig.from_hparams(args.model_name, args.data_dir, args.hparams))
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except FloatingPointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_code(lambda: run(FinetuningConfig.from_hparams(args.model_name, args.data_dir, args.hparams)))
 
 
 if __name__ == "__main__":

@@ -94,30 +94,22 @@ class Trial:
         """(predictions, per-example losses) of a split, in example (feature) order. A SQuAD or chunking
         task's predictions are, per example, the head's arrays: {key: [array per feature]} / [array]."""
         n = len(split.features)
-        glue_task = isinstance(split.task, GlueTask)
-        predictions = np.zeros(n, np.float64) if glue_task else None
         losses = np.zeros(n, np.float64)
+        columns: Dict = {}  # output key (None for a head with one output) -> its value per feature
         for indices, batch in eval_batches(split.features, self.config.eval_batch_size, self.config.dynamic_padding,
                                            self.config.max_seq_length, self.make_batch):
             batch_predictions, batch_losses = self.predict_step(batch)
             losses[indices] = batch_losses[split.task.name].numpy()
             own = batch_predictions[split.task.name]
-            if glue_task:
-                predictions[indices] = own.numpy()
-            elif isinstance(own, dict):
-                if predictions is None:
-                    predictions = {key: [None] * n for key in own}
-                for key, value in own.items():
-                    value = value.numpy()
-                    for row, index in enumerate(indices):
-                        predictions[key][index] = value[row]
-            else:
-                if predictions is None:
-                    predictions = [None] * n
-                own = own.numpy()
-                for row, index in enumerate(indices):
-                    predictions[index] = own[row]
-        return predictions, losses
+            for key, value in (own.items() if isinstance(own, dict) else [(None, own)]):
+                column = columns.setdefault(key, [None] * n)
+                for row, index in zip(value.numpy(), indices):
+                    column[index] = row
+        if None not in columns:  # SQuAD: {key: [array per feature]}
+            return columns, losses
+        if isinstance(split.task, GlueTask):  # one number per example
+            return np.asarray(columns[None], np.float64), losses
+        return columns[None], losses  # chunking: [array per sentence]
 
     def evaluate(self) -> Scores:
         scores: Scores = {}
