@@ -11,6 +11,7 @@ is deliberately not used.
 import tensorflow as tf
 import tf_keras
 
+from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.layer_utils import build_in_scope
 
 HEAD_DROPOUT = 0.1
@@ -22,7 +23,7 @@ class ClsHead(tf_keras.layers.Layer):
     def __init__(self, task_name: str, units: int, hidden_size: int, **kwargs):
         super().__init__(name=task_name, **kwargs)
         self.hidden_size = hidden_size
-        self.dropout = tf_keras.layers.Dropout(HEAD_DROPOUT)
+        self.dropout = Dropout(HEAD_DROPOUT)
         self.dense = tf_keras.layers.Dense(units, name="dense")
 
     def build(self, input_shape=None):

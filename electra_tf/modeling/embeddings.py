@@ -10,6 +10,7 @@ import tf_keras
 
 from electra_tf.errors import InputError
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.layer_utils import build_in_scope, layer_norm, truncated_normal
 
 
@@ -29,7 +30,7 @@ class Embeddings(tf_keras.layers.Layer):
         self.config = config
         self.embedding_size = config.embedding_size
         self.layer_norm = layer_norm(dtype="float32")
-        self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def build(self, input_shape=None):
         cfg, width = self.config, self.embedding_size

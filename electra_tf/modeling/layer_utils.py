@@ -6,6 +6,7 @@ build their children explicitly inside the right `tf.name_scope`s (`build_in_sco
 """
 
 import contextlib
+import math
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -15,9 +16,19 @@ import tf_keras
 LAYER_NORM_EPSILON = 1e-12
 
 
-def gelu(x: tf.Tensor) -> tf.Tensor:
-    """Exact (erf) GELU, as the original; Model Garden defaults to the tanh approximation."""
-    return tf.nn.gelu(x, approximate=False)
+@tf.custom_gradient
+def gelu(x: tf.Tensor):
+    """Exact (erf) GELU x·Φ(x), as the original; Model Garden defaults to the tanh approximation.
+
+    The values are tf.nn.gelu's (0.5·x·erfc(−x/√2)); the gradient Φ(x) + x·φ(x) is written out,
+    reusing the forward pass's Φ(x): autodiff of tf.nn.gelu takes about 1.5x the time on CPU.
+    """
+    cdf = 0.5 * tf.math.erfc(x * -math.sqrt(0.5))  # Φ(x)
+
+    def grad(dy):
+        return dy * (cdf + x * tf.exp(-0.5 * tf.square(x)) * (1 / math.sqrt(2 * math.pi)))
+
+    return x * cdf, grad
 
 
 _ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh, "linear": None}
@@ -36,13 +47,45 @@ def truncated_normal(stddev: float) -> tf_keras.initializers.Initializer:
     return tf_keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-def layer_norm(name: str = "LayerNorm", dtype=None) -> tf_keras.layers.LayerNormalization:
+@tf.custom_gradient
+def _normalize(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: tf.Tensor):
+    """LayerNorm over the last axis, x [..., H] float32, gamma and beta [H], with its gradient
+    written out: autodiff of the moments takes about 1.4x the time on CPU."""
+    mean = tf.reduce_mean(x, -1, keepdims=True)
+    centered = x - mean
+    inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), -1, keepdims=True) + epsilon)
+    normalized = centered * inv_std  # [..., H]
+
+    def grad(dy):
+        outer = list(range(dy.shape.rank - 1))
+        d_normalized = dy * gamma
+        mean_d = tf.reduce_mean(d_normalized, -1, keepdims=True)
+        mean_d_dot = tf.reduce_mean(d_normalized * normalized, -1, keepdims=True)
+        dx = (d_normalized - mean_d - normalized * mean_d_dot) * inv_std
+        return dx, tf.reduce_sum(dy * normalized, outer), tf.reduce_sum(dy, outer), None
+
+    return normalized * gamma + beta, grad
+
+
+class LayerNorm(tf_keras.layers.LayerNormalization):
+    """tf_keras LayerNormalization over the last axis (its variables and dtype handling) computed
+    by `_normalize`. tf_keras cannot use its fused kernel here: that needs epsilon >= 1.001e-5."""
+
+    def call(self, inputs):
+        if self.axis != [inputs.shape.rank - 1]:
+            return super().call(inputs)
+        inputs = tf.cast(inputs, self.compute_dtype)
+        outputs = _normalize(tf.cast(inputs, tf.float32), tf.convert_to_tensor(self.gamma),
+                             tf.convert_to_tensor(self.beta), tf.constant(self.epsilon, tf.float32))
+        return tf.cast(outputs, inputs.dtype)
+
+
+def layer_norm(name: str = "LayerNorm", dtype=None) -> LayerNorm:
     """LayerNorm over the last axis with the original's epsilon; variables `<name>/{gamma,beta}`.
 
-    Under a mixed policy tf_keras computes it in float32 (it casts half inputs up) and returns
-    the compute dtype.
+    Computed in float32 whatever the policy (half inputs are cast up) and returned in the compute dtype.
     """
-    return tf_keras.layers.LayerNormalization(axis=-1, epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype)
+    return LayerNorm(axis=-1, epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype)
 
 
 def build_in_scope(layer: tf_keras.layers.Layer, input_shape, *scopes: str) -> None:

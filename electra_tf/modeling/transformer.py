@@ -25,6 +25,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.layer_utils import build_in_scope, get_activation, layer_norm, truncated_normal
 
@@ -55,7 +56,7 @@ class SelfAttention(tf_keras.layers.Layer):
             tf_keras.layers.Dense(config.hidden_size, kernel_initializer=truncated_normal(config.initializer_range),
                                   name=name)
             for name in ("query", "key", "value"))
-        self.dropout = tf_keras.layers.Dropout(config.attention_probs_dropout_prob)
+        self.dropout = Dropout(config.attention_probs_dropout_prob)
 
     def build(self, input_shape=None):
         for projection in (self.query, self.key, self.value):
@@ -103,7 +104,7 @@ class TransformerBlock(tf_keras.layers.Layer):
         self.intermediate_dense = dense(config.intermediate_size, get_activation(config.hidden_act))
         self.output_dense = dense(config.hidden_size)
         self.output_layer_norm = layer_norm()
-        self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def build(self, input_shape=None):
         hidden = [None, self.config.hidden_size]

@@ -34,14 +34,24 @@ def sample_tokens(logits: tf.Tensor, *, temperature: float = 1.0,
         lowered by 1000 after the temperature, so they are (practically) never drawn.
       seed: optional [2] int seed for the stateless uniform draw.
     """
-    logits = tf.cast(logits, tf.float32) / temperature  # [B, N, V]
-    if disallow_ids is not None:
-        depth = logits.shape[-1] or tf.shape(logits)[-1]
-        logits -= 1000.0 * tf.one_hot(disallow_ids, depth=depth, dtype=tf.float32)
-    uniform = tf.random.stateless_uniform(tf.shape(logits), split_seed(seed, 1)[0])
-    gumbel = -tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
+    seed = split_seed(seed, 1)[0]
+    perturbed = _gumbel_perturbed(tf.cast(logits, tf.float32), seed, disallow_ids, temperature)  # [B, N, V]
     # argmax(softmax(x)) == argmax(x): the original's softmax before argmax is skipped.
-    return tf.stop_gradient(tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32))
+    return tf.stop_gradient(tf.argmax(perturbed, axis=-1, output_type=tf.int32))
+
+
+@tf.function(jit_compile=True)
+def _gumbel_perturbed(logits, seed, disallow_ids, temperature):
+    """logits / temperature (- 1000 at disallow_ids) + Gumbel(0, 1) noise, [B, N, V] float32.
+
+    One XLA cluster: TF would make five passes over B·N·V floats (about 3 % of an ELECTRA-Small
+    step on CPU), XLA fuses them into one. ThreeFry, as XLA's Philox is 3x slower on CPU.
+    """
+    logits = logits / temperature
+    if disallow_ids is not None:
+        logits = logits - 1000.0 * tf.one_hot(disallow_ids, depth=tf.shape(logits)[-1], dtype=tf.float32)
+    uniform = tf.random.stateless_uniform(tf.shape(logits), seed, alg="threefry")
+    return logits - tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
 
 
 class FakeData(NamedTuple):
