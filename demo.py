@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from electra_tf.cli import use_pooled_cpu_allocator
 from electra_tf.errors import InputError
 
 
@@ -29,6 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    use_pooled_cpu_allocator()
     from pretrain_data import demo_report
     from pretrain_data.build import BuildOptions, build_pretraining_dataset
     from pretrain_data.default_corpus import write_default_corpus

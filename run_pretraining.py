@@ -9,12 +9,13 @@ command resumes from the latest checkpoint.
 
 import sys
 
-from electra_tf.cli import exit_code, run_arguments
+from electra_tf.cli import exit_code, run_arguments, use_pooled_cpu_allocator
 
 
 def main(argv=None) -> int:
     args = run_arguments(__doc__, "holds vocab.txt, pretrain_tfrecords/ and models/",
                          "the run's name: DATA_DIR/models/NAME", argv)
+    use_pooled_cpu_allocator()
     from electra_tf.config import PretrainingConfig
     from electra_tf.training import pretraining_runner
     from pretrain_data.input_pipeline import check_pretraining_data, pretraining_dataset_fns

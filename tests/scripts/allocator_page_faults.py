@@ -1,0 +1,26 @@
+"""Prints the page faults of one step that makes temporaries of eight sizes (4-32 MB), after a
+warm-up step; with argument `pooled` it first calls `use_pooled_cpu_allocator()`, as the run
+scripts do. Run in a fresh process: TF fixes its CPU allocator at the first tensor."""
+
+import resource
+import sys
+
+import tensorflow as tf
+
+from electra_tf.cli import use_pooled_cpu_allocator
+
+if sys.argv[1:] == ["pooled"]:
+    use_pooled_cpu_allocator()
+
+
+@tf.function
+def step(x):
+    return tf.add_n([tf.reduce_sum(tf.nn.relu(x[:, : 128 * k] * float(k))) for k in range(1, 9)])
+
+
+x = tf.random.normal([8192, 1024])  # [N, 1024] float32: 32 MB
+step(x).numpy()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    step(x).numpy()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
