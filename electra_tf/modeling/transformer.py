@@ -123,7 +123,8 @@ class TransformerBlock(tf_keras.layers.Layer):
         attended = self.attention_dense(self.attention(x, mask_bias, training=training))
         x = self.attention_layer_norm(self.dropout(attended, training=training) + x)
         intermediate = self.intermediate_dense(x)  # [B*L, F]
-        out = tf.nn.bias_add(narrowing_matmul(intermediate, tf.convert_to_tensor(self.output_dense.kernel)), self.output_dense.bias)
+        kernel = tf.convert_to_tensor(self.output_dense.kernel)  # [F, H]
+        out = tf.nn.bias_add(narrowing_matmul(intermediate, kernel), self.output_dense.bias)
         out = self.dropout(out, training=training)  # [B*L, H]
         return self.output_layer_norm(out + x)
 
