@@ -273,7 +273,8 @@ class Worker:
     def __init__(self, variant: str, batch: int, warmup: int):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         env["TF_ENABLE_ONEDNN_OPTS"] = "0" if variant == "mg_no_onednn" else "1"
-        env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)  # TF's default allocator unless the variant says
+        # TF's default allocator, except mg_pooled and ours (build_ours sets it itself, as the run scripts do).
+        env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
         if variant == "mg_pooled":
             env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
         self.variant = variant
