@@ -18,15 +18,19 @@ dropout 0.1) with an AdamW update and global-norm clipping at 1.0, for each vari
   embedding block shared and generator output layer tied to it, Gumbel sampling at the masked
   positions, loss = MLM + 50 x RTD, clip_grad_norm_(1.0), torch.optim.AdamW (eager PyTorch).
 
-The machine is shared and its speed drifts, so the variants run side by side in long-lived
-subprocesses (one per variant: oneDNN is chosen when TF starts) and are stepped in turn, round
-after round: each round times one step of every variant and one fp32 GEMM measurement, so all
-of them see the same load. Warm-up steps (tracing, compiling) are excluded; each variant's
-tokens/s is batch x 128 / its median step time. The GEMM peak is the best tf.matmul GFLOP/s
+The machine is shared and its speed drifts, so every peer is measured beside "ours", in pairs:
+each variant lives in its own long-lived subprocess (oneDNN is chosen when TF starts), and the
+two of a pair are stepped in turn, round after round, each step followed by one fp32 GEMM
+measurement, so both see the same load. Only the pair and the GEMM process are alive at a time
+(a crowd of 2-9 GB processes on a 2-core, 24 GB machine slows the variants unequally). Warm-up
+steps (tracing, compiling) are excluded; tokens/s is batch x 128 / the median step time, and
+each peer's ratio is taken from its own pair. The GEMM peak is the best tf.matmul GFLOP/s
 (1024^2 and 2048^2 matrices, both threads) over all rounds.
 
     .venv/bin/python benchmarks/pretrain_throughput.py [--batch-sizes 32 128] [--steps 3]
         [--warmup 2] [--variants ours,mg,mg_pooled,mg_no_onednn,hf]
+
+Without `ours` among the variants, each runs alone and no ratio is printed.
 """
 
 import argparse
@@ -230,7 +234,7 @@ def build_hf(batch: int):
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for _, p in params.values()], 1.0)
         optimizer.step()
-        return float(loss)
+        return loss.item()
 
     return run
 
@@ -267,6 +271,10 @@ def serve(variant: str, batch: int, warmup: int) -> None:
 
 # ----------------------------------------------------------------------------- driver
 
+class WorkerDied(RuntimeError):
+    """A variant's process ended before answering (its stderr tail is the message)."""
+
+
 class Worker:
     """One variant in its own interpreter, stepped on demand through stdin/stdout."""
 
@@ -290,25 +298,32 @@ class Worker:
                 value, self.peak_rss_gb = map(float, line[len(PROTOCOL):].split())
                 return value
         self.log.seek(0)
-        sys.exit(f"worker {self.variant} died (exit {self.proc.wait()}):\n{self.log.read()[-4000:]}")
+        code = self.proc.wait()
+        hint = " (killed: out of memory?)" if code == -9 else ""
+        raise WorkerDied(f"worker {self.variant} died (exit {code}){hint}:\n{self.log.read()[-2000:]}")
 
     def step(self) -> float:
-        self.proc.stdin.write("step\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write("step\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # it died: receive() says how
+            pass
         return self.receive()
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:  # it died
+            pass
         self.proc.wait()
         self.log.close()
 
 
-def measure(batch: int, variants, args) -> dict:
-    """{variant: [seconds per timed step]}, {"gemm": [GFLOP/s per step taken]} for one batch size.
+def measure(batch: int, variants, args) -> list:
+    """One entry per group of variants stepped together at this batch size: {"variants": [...],
+    "times": {variant: [seconds per timed step]}, "gemm": [GFLOP/s after each step]}.
 
-    Up to --interleave-max-batch every variant's worker is alive at once and they are stepped in
-    turn, round after round; above it (a worker then needs several GB) one variant at a time runs
-    all its steps, with a GEMM measurement after each step.
+    The groups are ("ours", peer) for every other variant, or each variant alone without "ours".
     """
     def start(variant):
         begin = time.perf_counter()
@@ -318,17 +333,23 @@ def measure(batch: int, variants, args) -> dict:
               f"(peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
         return worker
 
+    peers = [v for v in variants if v != "ours"]
+    groups = [["ours", peer] for peer in peers] if "ours" in variants and peers else [[v] for v in variants]
     gemm = start("gemm")
-    results = {"gemm": []}
-    groups = [variants] if batch <= args.interleave_max_batch else [[v] for v in variants]
+    results = []
     for group in groups:
-        workers = [start(variant) for variant in group]  # built one at a time: no overlapping builds
-        for worker in workers:
-            results[worker.variant] = []
-        for round_index in range(args.steps):
-            for worker in workers:
-                results[worker.variant].append(worker.step())
-                results["gemm"].append(gemm.step())
+        workers = []
+        try:
+            for variant in group:  # built one at a time: no overlapping builds
+                workers.append(start(variant))
+            entry = {"variants": group, "times": {variant: [] for variant in group}, "gemm": []}
+            for round_index in range(args.steps):
+                for worker in workers:
+                    entry["times"][worker.variant].append(worker.step())
+                    entry["gemm"].append(gemm.step())
+            results.append(entry)
+        except WorkerDied as error:  # e.g. a pair that does not fit in memory: report it, go on
+            print(f"  batch {batch}: group {'+'.join(group)} dropped: {error}", flush=True)
         for worker in workers:
             print(f"  batch {batch}: {worker.variant} done (peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
             worker.close()
@@ -336,45 +357,53 @@ def measure(batch: int, variants, args) -> dict:
     return results
 
 
-def report(results: dict, variants, batch_sizes) -> None:
+def report(results: dict, batch_sizes) -> None:
+    """The table (one row per variant and group, "ours" once per pair) and the ratios: each
+    peer's from its own pair; "best Model Garden" is the smallest ratio over the MG variants."""
+    if not any(results.values()):
+        print("\nNo group completed: nothing to report.")
+        return
     flops = training_flops_per_token()
-    gemm = max(max(results[batch]["gemm"]) for batch in batch_sizes)
+    gemm = max(max(entry["gemm"]) for batch in batch_sizes for entry in results[batch])
     print(f"\nModel FLOPs per trained token: {flops / 1e6:.1f} MFLOP = 3 (fwd + bwd) x 2 x MACs of: generator and "
           f"discriminator encoders (E->H projection; per layer 4H^2 + 2HF + 2LH), MLM head at the "
           f"{PREDICTIONS}/{SEQ} masked positions (Hg*E + E*V), discriminator head (H^2 + H).")
     print(f"fp32 GEMM peak (best tf.matmul over all rounds): {gemm:.1f} GFLOP/s; "
           f"MFU = tokens/s x FLOPs/token / peak.\n")
-    print(f"{'variant':36s} {'batch':>5s} {'step s':>7s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'MFU':>6s}  timed steps (s)")
-    rates = {}
+    print(f"{'variant':36s} {'batch':>5s} {'step s':>7s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'MFU':>6s}  "
+          f"{'ratio':>6s}  timed steps (s)")
     for batch in batch_sizes:
-        for variant in variants:
-            times = results[batch][variant]
-            rate = rates[variant, batch] = batch * SEQ / statistics.median(times)
-            print(f"{LABELS[variant]:36s} {batch:5d} {statistics.median(times):7.2f} {rate:9.0f} "
-                  f"{rate * flops / 1e9:8.1f} {rate * flops / 1e9 / gemm:6.1%}  "
-                  f"{' '.join(f'{t:.2f}' for t in times)}")
-    print()
-    for batch in batch_sizes:
-        for ours in ("ours", "ours_xla"):
-            if (ours, batch) not in rates:
-                continue
-            mg = [rates[v, batch] for v in MG_VARIANTS if (v, batch) in rates]
-            ratios = [f"batch {batch}: {LABELS[ours]}"]
-            if mg:
-                ratios.append(f"/ best Model Garden = {rates[ours, batch] / max(mg):.2f}x")
-            if ("hf", batch) in rates:
-                ratios.append(f"/ HF PyTorch = {rates[ours, batch] / rates['hf', batch]:.2f}x")
-            print("  ".join(ratios))
+        ratios = {}  # peer -> ours / peer, within their pair
+        for entry in results[batch]:
+            rates = {v: batch * SEQ / statistics.median(t) for v, t in entry["times"].items()}
+            for variant in entry["variants"][::-1]:  # the peer first, then ours beside it
+                times = entry["times"][variant]
+                ratio = ""
+                if variant != "ours" and "ours" in rates:
+                    ratios[variant] = rates["ours"] / rates[variant]
+                    ratio = f"{ratios[variant]:5.2f}x"
+                label = LABELS[variant] if variant == entry["variants"][-1] else "  ours, same rounds"
+                print(f"{label:36s} {batch:5d} {statistics.median(times):7.2f} {rates[variant]:9.0f} "
+                      f"{rates[variant] * flops / 1e9:8.1f} {rates[variant] * flops / 1e9 / gemm:6.1%}  {ratio:>6s}  "
+                      f"{' '.join(f'{t:.2f}' for t in times)}")
+        summary = [f"batch {batch}: {LABELS['ours']}"]
+        mg = [v for v in MG_VARIANTS if v in ratios]
+        if mg:
+            closest = min(mg, key=ratios.get)
+            summary.append(f"/ best Model Garden = {ratios[closest]:.2f}x ({LABELS[closest]})")
+        if "hf" in ratios:
+            summary.append(f"/ HF PyTorch = {ratios['hf']:.2f}x")
+        if "ours_xla" in ratios:
+            summary.append(f"/ its XLA variant = {ratios['ours_xla']:.2f}x")
+        if len(summary) > 1:
+            print("  ".join(summary))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
-    parser.add_argument("--steps", type=int, default=3, help="timed steps (rounds) per batch size")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps (rounds) of each group")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, compiling)")
-    parser.add_argument("--interleave-max-batch", type=int, default=64,
-                        help="largest batch size whose variants run side by side (memory: about 2-3 GB "
-                             "each at 32, 8-9 GB each at 128)")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help=f"comma-separated subset of {','.join(VARIANTS)}")
     parser.add_argument("--worker", choices=tuple(BUILDERS), help=argparse.SUPPRESS)
@@ -394,9 +423,9 @@ def main() -> None:
             print("torch / transformers not importable: skipping the HF variant")
             variants.remove("hf")
     print(f"{os.cpu_count()} CPUs; batch sizes {args.batch_sizes}, seq {SEQ}; {args.warmup} warm-up + "
-          f"{args.steps} timed steps per batch size; variants: {', '.join(variants)}", flush=True)
+          f"{args.steps} timed steps per group; variants: {', '.join(variants)}", flush=True)
     results = {batch: measure(batch, variants, args) for batch in args.batch_sizes}
-    report(results, variants, args.batch_sizes)
+    report(results, args.batch_sizes)
 
 
 if __name__ == "__main__":
