@@ -382,7 +382,7 @@ def report(results: dict, batch_sizes) -> None:
                 if variant != "ours" and "ours" in rates:
                     ratios[variant] = rates["ours"] / rates[variant]
                     ratio = f"{ratios[variant]:5.2f}x"
-                label = LABELS[variant] if variant == entry["variants"][-1] else "  ours, same rounds"
+                label = "  ours, same rounds" if variant == "ours" and len(rates) > 1 else LABELS[variant]
                 print(f"{label:36s} {batch:5d} {statistics.median(times):7.2f} {rates[variant]:9.0f} "
                       f"{rates[variant] * flops / 1e9:8.1f} {rates[variant] * flops / 1e9 / gemm:6.1%}  {ratio:>6s}  "
                       f"{' '.join(f'{t:.2f}' for t in times)}")
