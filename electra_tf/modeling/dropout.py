@@ -47,6 +47,16 @@ class Dropout(tf_keras.layers.Dropout):
             raise ValueError("noise_shape is not supported: every element gets its own draw")
         super().__init__(rate, **kwargs)
 
+    @property
+    def keep_scale(self) -> float:
+        """What kept units are multiplied by: 1 / the realised keep probability."""
+        return _LEVELS / (_LEVELS - round(self.rate * _LEVELS))
+
+    def keep_mask(self, shape: tf.TensorShape, dynamic_shape: tf.Tensor) -> tf.Tensor:
+        """A fresh bool keep mask for one call on a tensor of this shape (for kernels that apply
+        dropout themselves, e.g. the fused attention)."""
+        return keep_mask(shape, dynamic_shape, self.rate, self._seed())
+
     def _seed(self) -> tf.Tensor:
         """A fresh [2] int seed for one call's mask."""
         generator = self._random_generator
@@ -62,8 +72,8 @@ class Dropout(tf_keras.layers.Dropout):
             training = tf_keras.backend.learning_phase()
 
         def dropped():
-            keep = keep_mask(inputs.shape, tf.shape(inputs), self.rate, self._seed())
-            scale = _LEVELS / (_LEVELS - round(self.rate * _LEVELS))  # 1 / realised keep probability
-            return inputs * tf.where(keep, tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype))
+            keep = self.keep_mask(inputs.shape, tf.shape(inputs))
+            scale = tf.constant(self.keep_scale, inputs.dtype)
+            return inputs * tf.where(keep, scale, tf.constant(0, inputs.dtype))
 
         return tf.__internal__.smart_cond.smart_cond(training, dropped, lambda: tf.identity(inputs))

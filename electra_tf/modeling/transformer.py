@@ -24,6 +24,7 @@ from typing import List, Optional, Union
 import tensorflow as tf
 import tf_keras
 
+from electra_tf.modeling import fused_attention
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.embeddings import Embeddings
@@ -45,6 +46,8 @@ class SelfAttention(tf_keras.layers.Layer):
 
     Variables `{query,key,value}/{kernel [H,H], bias [H]}`, exactly the original's (three Dense
     layers); they are concatenated on the fly into one [H, 3H] projection (one matmul, not three).
+    The core after the projection runs as TensorFlow ops, or on CPU as one fused kernel where
+    `fused_attention.usable` (same math and dropout mask).
     """
 
     def __init__(self, config: BertConfig, name: str = "self", **kwargs):
@@ -70,6 +73,8 @@ class SelfAttention(tf_keras.layers.Layer):
         kernel = tf.concat([self.query.kernel, self.key.kernel, self.value.kernel], axis=1)  # [H, 3H]
         qkv_bias = tf.concat([self.query.bias, self.key.bias, self.value.bias], axis=0)  # [3H]
         qkv = tf.nn.bias_add(tf.matmul(x, kernel), qkv_bias)  # [B*L, 3H]
+        if isinstance(training, bool) and fused_attention.usable(qkv.dtype):
+            return self._fused_core(qkv, mask_bias, training)
         qkv = tf.reshape(qkv, [batch, seq_length, 3, self.num_heads, self.head_size])
         query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, L, head_size]
         # Scaling the queries equals scaling the scores (the original) on B*L*H values, not B*heads*L*L.
@@ -80,6 +85,18 @@ class SelfAttention(tf_keras.layers.Layer):
         probs = self.dropout(tf.cast(probs, x.dtype), training=training)
         context = tf.matmul(probs, value)  # [B, heads, L, head_size]
         context = tf.transpose(context, [0, 2, 1, 3])  # [B, L, heads, head_size]
+        return tf.reshape(context, [-1, self.config.hidden_size])
+
+    def _fused_core(self, qkv, mask_bias, training: bool):
+        """The same attention by the fused CPU kernel: qkv [B*L, 3H] → context [B*L, H]."""
+        batch, seq_length = tf.shape(mask_bias)[0], tf.shape(mask_bias)[3]
+        keep = None
+        if training and self.dropout.rate > 0:
+            static = tf.TensorShape([None, self.num_heads, mask_bias.shape[3], mask_bias.shape[3]])
+            keep = self.dropout.keep_mask(static, tf.stack([batch, self.num_heads, seq_length, seq_length]))
+        context = fused_attention.attention(tf.reshape(qkv, [batch, seq_length, -1]),
+                                            tf.reshape(mask_bias, [batch, seq_length]), keep,
+                                            self.num_heads, self.dropout.keep_scale)  # [B, L, H]
         return tf.reshape(context, [-1, self.config.hidden_size])
 
 
