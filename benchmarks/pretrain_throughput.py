@@ -7,7 +7,9 @@ dropout 0.1) with an AdamW update and global-norm clipping at 1.0, for each vari
 - ours: `electra_tf` PretrainingModel + `make_train_step` (in-graph masking and Gumbel sampling,
   MLM head at the masked positions only, exact GELU, our AdamWeightDecay from `create_optimizer`),
   TF graph mode (tf.function), with the pooled CPU allocator that the run scripts turn on
-  (`electra_tf.cli.use_pooled_cpu_allocator`); `ours_xla` is the same step with `jit_compile=True`.
+  (`electra_tf.cli.use_pooled_cpu_allocator`) and the fused attention kernel; `ours_xla` is the
+  same step with `jit_compile=True` (XLA, so TF's attention ops), `ours_unfused` the same step with
+  TF's attention ops (ELECTRA_TF_FUSED_ATTENTION=0).
 - mg / mg_pooled / mg_no_onednn: Model Garden's `ElectraPretrainTask.train_step` on its `ElectraPretrainer`
   (BertEncoder, its default tanh GELU, MLM + 50 x RTD losses and its metrics), with its own
   `official.modeling.optimization` AdamW (the electra/pretraining experiment's settings), in
@@ -50,10 +52,11 @@ DISC = dict(hidden=256, layers=12, heads=4, ffn=1024)
 GEN = dict(hidden=64, layers=12, heads=1, ffn=256)
 EMBEDDING = 128
 SPECIAL_IDS = dict(cls_id=101, sep_id=102, mask_id=103)
-VARIANTS = ("ours", "ours_xla", "mg", "mg_pooled", "mg_no_onednn", "hf")
+VARIANTS = ("ours", "ours_xla", "ours_unfused", "mg", "mg_pooled", "mg_no_onednn", "hf")
 DEFAULT_VARIANTS = ("ours", "mg", "mg_pooled", "mg_no_onednn", "hf")
 MG_VARIANTS = ("mg", "mg_pooled", "mg_no_onednn")
 LABELS = {"ours": "ours (electra_tf, graph)", "ours_xla": "ours (electra_tf, XLA)",
+          "ours_unfused": "ours, TF's attention ops",
           "mg": "Model Garden, oneDNN on (default)", "mg_pooled": "Model Garden, oneDNN, pooled alloc.",
           "mg_no_onednn": "Model Garden, oneDNN off",
           "hf": "HF transformers PyTorch (eager)"}
@@ -240,6 +243,7 @@ def build_hf(batch: int):
 
 
 BUILDERS = {"gemm": build_gemm, "ours": build_ours, "ours_xla": lambda b: build_ours(b, jit_compile=True),
+            "ours_unfused": build_ours,
             "mg": build_mg, "mg_pooled": build_mg, "mg_no_onednn": build_mg, "hf": build_hf}
 
 
@@ -281,6 +285,8 @@ class Worker:
     def __init__(self, variant: str, batch: int, warmup: int):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         env["TF_ENABLE_ONEDNN_OPTS"] = "0" if variant == "mg_no_onednn" else "1"
+        if variant == "ours_unfused":
+            env["ELECTRA_TF_FUSED_ATTENTION"] = "0"
         # TF's default allocator, except mg_pooled and ours (build_ours sets it itself, as the run scripts do).
         env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
         if variant == "mg_pooled":
@@ -393,8 +399,9 @@ def report(results: dict, batch_sizes) -> None:
             summary.append(f"/ best Model Garden = {ratios[closest]:.2f}x ({LABELS[closest]})")
         if "hf" in ratios:
             summary.append(f"/ HF PyTorch = {ratios['hf']:.2f}x")
-        if "ours_xla" in ratios:
-            summary.append(f"/ its XLA variant = {ratios['ours_xla']:.2f}x")
+        for variant in ("ours_xla", "ours_unfused"):
+            if variant in ratios:
+                summary.append(f"/ {LABELS[variant]} = {ratios[variant]:.2f}x")
         if len(summary) > 1:
             print("  ".join(summary))
 

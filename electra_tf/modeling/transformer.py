@@ -74,7 +74,7 @@ class SelfAttention(tf_keras.layers.Layer):
         qkv_bias = tf.concat([self.query.bias, self.key.bias, self.value.bias], axis=0)  # [3H]
         qkv = tf.nn.bias_add(tf.matmul(x, kernel), qkv_bias)  # [B*L, 3H]
         if isinstance(training, bool) and fused_attention.usable(qkv.dtype):
-            return self._fused_core(qkv, mask_bias, training)
+            return self._fused_core(qkv, mask_bias, training, batch, seq_length)
         qkv = tf.reshape(qkv, [batch, seq_length, 3, self.num_heads, self.head_size])
         query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, L, head_size]
         # Scaling the queries equals scaling the scores (the original) on B*L*H values, not B*heads*L*L.
@@ -87,9 +87,8 @@ class SelfAttention(tf_keras.layers.Layer):
         context = tf.transpose(context, [0, 2, 1, 3])  # [B, L, heads, head_size]
         return tf.reshape(context, [-1, self.config.hidden_size])
 
-    def _fused_core(self, qkv, mask_bias, training: bool):
+    def _fused_core(self, qkv, mask_bias, training: bool, batch, seq_length):
         """The same attention by the fused CPU kernel: qkv [B*L, 3H] → context [B*L, H]."""
-        batch, seq_length = tf.shape(mask_bias)[0], tf.shape(mask_bias)[3]
         keep = None
         if training and self.dropout.rate > 0:
             static = tf.TensorShape([None, self.num_heads, mask_bias.shape[3], mask_bias.shape[3]])
