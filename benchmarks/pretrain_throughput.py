@@ -7,9 +7,10 @@ dropout 0.1) with an AdamW update and global-norm clipping at 1.0, for each vari
 - ours: `electra_tf` PretrainingModel + `make_train_step` (in-graph masking and Gumbel sampling,
   MLM head at the masked positions only, exact GELU, our AdamWeightDecay from `create_optimizer`),
   TF graph mode (tf.function), with the pooled CPU allocator that the run scripts turn on
-  (`electra_tf.cli.use_pooled_cpu_allocator`) and the fused attention kernel; `ours_xla` is the
-  same step with `jit_compile=True` (XLA, so TF's attention ops), `ours_unfused` the same step with
-  TF's attention ops (ELECTRA_TF_FUSED_ATTENTION=0).
+  (`electra_tf.cli.use_pooled_cpu_allocator`) and the fused CPU kernels (attention, bias + GELU,
+  bias + dropout + residual + LayerNorm); `ours_xla` is the same step with `jit_compile=True` (XLA,
+  so TF's ops), `ours_unfused` the same step with TF's ops instead of the kernels
+  (ELECTRA_TF_CPU_KERNELS=0).
 - mg / mg_pooled / mg_no_onednn: Model Garden's `ElectraPretrainTask.train_step` on its `ElectraPretrainer`
   (BertEncoder, its default tanh GELU, MLM + 50 x RTD losses and its metrics), with its own
   `official.modeling.optimization` AdamW (the electra/pretraining experiment's settings), in
@@ -56,7 +57,7 @@ VARIANTS = ("ours", "ours_xla", "ours_unfused", "mg", "mg_pooled", "mg_no_onednn
 DEFAULT_VARIANTS = ("ours", "mg", "mg_pooled", "mg_no_onednn", "hf")
 MG_VARIANTS = ("mg", "mg_pooled", "mg_no_onednn")
 LABELS = {"ours": "ours (electra_tf, graph)", "ours_xla": "ours (electra_tf, XLA)",
-          "ours_unfused": "ours, TF's attention ops",
+          "ours_unfused": "ours, TF's ops (no CPU kernels)",
           "mg": "Model Garden, oneDNN on (default)", "mg_pooled": "Model Garden, oneDNN, pooled alloc.",
           "mg_no_onednn": "Model Garden, oneDNN off",
           "hf": "HF transformers PyTorch (eager)"}
@@ -286,7 +287,7 @@ class Worker:
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         env["TF_ENABLE_ONEDNN_OPTS"] = "0" if variant == "mg_no_onednn" else "1"
         if variant == "ours_unfused":
-            env["ELECTRA_TF_FUSED_ATTENTION"] = "0"
+            env["ELECTRA_TF_CPU_KERNELS"] = "0"
         # TF's default allocator, except mg_pooled and ours (build_ours sets it itself, as the run scripts do).
         env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
         if variant == "mg_pooled":

@@ -24,7 +24,7 @@ from typing import List, Optional, Union
 import tensorflow as tf
 import tf_keras
 
-from electra_tf.modeling import fused_attention
+from electra_tf.modeling import cpu_kernels
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.embeddings import Embeddings
@@ -47,7 +47,7 @@ class SelfAttention(tf_keras.layers.Layer):
     Variables `{query,key,value}/{kernel [H,H], bias [H]}`, exactly the original's (three Dense
     layers); they are concatenated on the fly into one [H, 3H] projection (one matmul, not three).
     The core after the projection runs as TensorFlow ops, or on CPU as one fused kernel where
-    `fused_attention.usable` (same math and dropout mask).
+    `cpu_kernels.usable` (same math and dropout mask).
     """
 
     def __init__(self, config: BertConfig, name: str = "self", **kwargs):
@@ -73,7 +73,7 @@ class SelfAttention(tf_keras.layers.Layer):
         kernel = tf.concat([self.query.kernel, self.key.kernel, self.value.kernel], axis=1)  # [H, 3H]
         qkv_bias = tf.concat([self.query.bias, self.key.bias, self.value.bias], axis=0)  # [3H]
         qkv = tf.nn.bias_add(tf.matmul(x, kernel), qkv_bias)  # [B*L, 3H]
-        if isinstance(training, bool) and fused_attention.usable(qkv.dtype):
+        if isinstance(training, bool) and cpu_kernels.usable(qkv.dtype):
             return self._fused_core(qkv, mask_bias, training, batch, seq_length)
         qkv = tf.reshape(qkv, [batch, seq_length, 3, self.num_heads, self.head_size])
         query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, L, head_size]
@@ -93,9 +93,9 @@ class SelfAttention(tf_keras.layers.Layer):
         if training and self.dropout.rate > 0:
             static = tf.TensorShape([None, self.num_heads, mask_bias.shape[3], mask_bias.shape[3]])
             keep = self.dropout.keep_mask(static, tf.stack([batch, self.num_heads, seq_length, seq_length]))
-        context = fused_attention.attention(tf.reshape(qkv, [batch, seq_length, -1]),
-                                            tf.reshape(mask_bias, [batch, seq_length]), keep,
-                                            self.num_heads, self.dropout.keep_scale)  # [B, L, H]
+        context = cpu_kernels.attention(tf.reshape(qkv, [batch, seq_length, -1]),
+                                        tf.reshape(mask_bias, [batch, seq_length]), keep,
+                                        self.num_heads, self.dropout.keep_scale)  # [B, L, H]
         return tf.reshape(context, [-1, self.config.hidden_size])
 
 
@@ -105,6 +105,8 @@ class TransformerBlock(tf_keras.layers.Layer):
     attention → attention/output/dense → dropout → LayerNorm(· + x)
     → intermediate/dense (hidden_act) → output/dense → dropout → LayerNorm(· + ·).
     output/dense holds its variables but runs as `narrowing_matmul` + bias (a faster kernel gradient).
+    Where `cpu_kernels.usable`, each bias + dropout + residual + LayerNorm and the bias + GELU run
+    as fused CPU kernels after plain matmuls (same math, same dropout masks).
     """
 
     def __init__(self, config: BertConfig, name: str, **kwargs):
@@ -136,6 +138,8 @@ class TransformerBlock(tf_keras.layers.Layer):
 
     def call(self, x, mask_bias, training=False):
         """x: [B*L, H]; mask_bias: float32 [B, 1, 1, L]. Returns [B*L, H]."""
+        if isinstance(training, bool) and cpu_kernels.usable(x.dtype):
+            return self._fused_call(x, mask_bias, training)
         attended = self.attention_dense(self.attention(x, mask_bias, training=training))
         x = self.attention_layer_norm(self.dropout(attended, training=training) + x)
         intermediate = self.intermediate_dense(x)  # [B*L, F]
@@ -143,6 +147,25 @@ class TransformerBlock(tf_keras.layers.Layer):
         out = tf.nn.bias_add(narrowing_matmul(intermediate, kernel), self.output_dense.bias)
         out = self.dropout(out, training=training)  # [B*L, H]
         return self.output_layer_norm(out + x)
+
+    def _fused_call(self, x, mask_bias, training: bool):
+        """`call` with the element-wise stretches as fused CPU kernels: x [B*L, H] → [B*L, H]."""
+        attended = tf.matmul(self.attention(x, mask_bias, training=training), self.attention_dense.kernel)
+        x = self._residual_layer_norm(attended, self.attention_dense.bias, x, self.attention_layer_norm, training)
+        if self.config.hidden_act == "gelu":
+            intermediate = cpu_kernels.bias_gelu(tf.matmul(x, self.intermediate_dense.kernel),
+                                                 tf.convert_to_tensor(self.intermediate_dense.bias))  # [B*L, F]
+        else:
+            intermediate = self.intermediate_dense(x)
+        out = narrowing_matmul(intermediate, tf.convert_to_tensor(self.output_dense.kernel))  # [B*L, H]
+        return self._residual_layer_norm(out, self.output_dense.bias, x, self.output_layer_norm, training)
+
+    def _residual_layer_norm(self, y, bias, residual, norm, training: bool):
+        """norm(dropout(y + bias) + residual) by the fused kernel, with the block's dropout mask."""
+        keep = self.dropout.keep_mask(y.shape, tf.shape(y)) if training and self.dropout.rate > 0 else None
+        return cpu_kernels.residual_layer_norm(
+            y, tf.convert_to_tensor(bias), keep, residual, tf.convert_to_tensor(norm.gamma),
+            tf.convert_to_tensor(norm.beta), keep_scale=self.dropout.keep_scale, epsilon=norm.epsilon)
 
 
 class Encoder(tf_keras.layers.Layer):
