@@ -128,6 +128,28 @@ def test_residual_layer_norm_equals_dropout_residual_and_layer_norm(rate, width)
         assert np.abs(ours_grads[2].numpy()[~keep.numpy()]).max() > 0
 
 
+def test_sparse_softmax_cross_entropy_equals_tensorflows_with_the_same_gradient():
+    logits = 6.0 * tf.random.stateless_normal([3, 7, 30522], [1, 2])  # [B, N, V], as the MLM head's
+    logits = tf.tensor_scatter_nd_update(logits, [[0, 0, 5]], [1e4])  # a row dominated by one class
+    labels = tf.random.stateless_uniform([3, 7], [3, 4], maxval=30522, dtype=tf.int32)
+    labels = tf.tensor_scatter_nd_update(labels, [[0, 0]], [5])
+    upstream = tf.random.stateless_normal([3, 7], [5, 6])
+    ours, (ours_grad,) = _value_and_grads(lambda x: cpu_kernels.sparse_softmax_cross_entropy(labels, x),
+                                          [logits], upstream)
+    ref, (ref_grad,) = _value_and_grads(
+        lambda x: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=x), [logits], upstream)
+    assert ours.shape == (3, 7) and ours.numpy()[0, 0] == 0.0
+    np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours_grad.numpy(), ref_grad.numpy(), rtol=1e-5, atol=1e-7)
+    from electra_tf.objectives import mlm_loss  # the MLM loss uses it on CPU, TF's op under XLA
+    weights = tf.ones([3, 7])
+    assert "ElectraSparseSoftmaxXent" in _op_types(tf.function(mlm_loss), logits, labels, weights)
+    assert "ElectraSparseSoftmaxXent" not in _op_types(tf.function(mlm_loss, jit_compile=True), logits,
+                                                       labels, weights)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels\[2\] = 30522 is not a class id"):
+        cpu_kernels.sparse_softmax_cross_entropy(tf.constant([0, 1, 30522]), logits[0, :3])
+
+
 def _encoder(hidden_act: str = "gelu"):
     config = BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=48, max_position_embeddings=16, hidden_act=hidden_act,

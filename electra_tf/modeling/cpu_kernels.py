@@ -7,9 +7,12 @@ On CPU, TensorFlow runs the block's non-matmul work as many small ops, each a pa
   → · V one (sequence, head) at a time inside the cache, reading Q/K/V straight from the fused QKV
   projection, and its gradient recomputes the probabilities instead of storing them;
 - bias + GELU and bias + dropout + residual + LayerNorm (fused_pointwise.cc) are chains of 8-15
-  element-wise ops each, forward and backward; the kernels make one pass per row each way.
+  element-wise ops each, forward and backward; the kernels make one pass per row each way;
+- the MLM loss's softmax cross-entropy over [B*N, 30522] logits (fused_softmax_xent.cc) takes
+  each row through its passes while it stays in the cache.
 Same math as the TensorFlow path (`SelfAttention`, `layer_utils.gelu`, `layer_utils.LayerNorm`,
-`Dropout`, with the same dropout masks); sums differ only in rounding order.
+`Dropout` with the same dropout masks, `tf.nn.sparse_softmax_cross_entropy_with_logits`); sums
+differ only in rounding order.
 
 The kernels are compiled with the machine's C++ compiler (`$CXX`, else c++ or g++) against the
 installed TensorFlow's headers, once per source, TensorFlow version and CPU, into
@@ -36,7 +39,8 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # XLA-context test: no public API in TF 2.20
 from tensorflow.python.saved_model import save_context  # in-save test: no public API in TF 2.20
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("fused_attention.cc", "fused_pointwise.cc"))
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("fused_attention.cc", "fused_pointwise.cc", "fused_softmax_xent.cc"))
 _OPTIMIZE = ["-O3", "-march=native", "-DEIGEN_DONT_PARALLELIZE"]  # threads come from TF's intra-op pool
 
 _lock = threading.Lock()
@@ -187,3 +191,18 @@ def residual_layer_norm(y: tf.Tensor, bias: tf.Tensor, keep: Optional[tf.Tensor]
         return out, grad
 
     return fused(y, bias, residual, gamma, beta)
+
+
+def sparse_softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """-log softmax(logits)[labels], as `tf.nn.sparse_softmax_cross_entropy_with_logits`; call only
+    where `usable`. labels int32 [...], logits float32 [..., V] → float32 [...]; differentiable in
+    logits (the gradient, softmax - onehot, comes out of the forward pass as in TensorFlow's op)."""
+    ops = library()
+    classes = tf.shape(logits)[-1]
+
+    @tf.custom_gradient
+    def fused(logits):  # [N, V] -> [N]
+        loss, backprop = ops.electra_sparse_softmax_xent(logits, tf.reshape(labels, [-1]))
+        return loss, lambda d_loss: backprop * d_loss[:, tf.newaxis]
+
+    return tf.reshape(fused(tf.reshape(logits, [-1, classes])), tf.shape(labels))

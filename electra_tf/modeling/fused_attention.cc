@@ -50,8 +50,10 @@ struct Problem {
                      Strided(3 * hidden));
   }
 
-  // probs [L, L] <- softmax over each row of Q K^T * scale + bias (before dropout).
-  void Probabilities(int64_t b, int64_t h, RowMatrix* probs) const {
+  // probs [L, L] <- softmax over each row of Q K^T * scale + bias; with `dropped`, each row is
+  // then multiplied by its dropout factors while it is still in the cache (the forward pass needs
+  // only that product).
+  void Probabilities(int64_t b, int64_t h, RowMatrix* probs, bool dropped) const {
     probs->noalias() = query(b, h) * key(b, h).transpose();
     Eigen::Map<const Eigen::ArrayXf> key_bias(bias + b * length, length);
     for (int64_t i = 0; i < length; ++i) {
@@ -59,15 +61,16 @@ struct Problem {
       row = row * scale + key_bias;
       row = (row - row.maxCoeff()).exp();
       row *= 1.0f / row.sum();
+      if (dropped) Drop(b, h, i, row.data());
     }
   }
 
-  // m <- m * keep * keep_scale (no-op without dropout).
-  void Dropout(int64_t b, int64_t h, RowMatrix* m) const {
+  // x[j] *= keep_scale where row i's unit j is kept, 0 where it is dropped: Dropout's multiply by
+  // tf.where(keep, keep_scale, 0), as a product with the mask (no branch: it vectorizes).
+  void Drop(int64_t b, int64_t h, int64_t i, float* x) const {
     if (keep == nullptr) return;
-    const bool* k = keep + (b * heads + h) * length * length;
-    float* x = m->data();
-    for (int64_t i = 0, n = length * length; i < n; ++i) x[i] = k[i] ? x[i] * keep_scale : 0.0f;
+    const bool* k = keep + ((b * heads + h) * length + i) * length;
+    for (int64_t j = 0; j < length; ++j) x[j] *= static_cast<float>(k[j]) * keep_scale;
   }
 };
 
@@ -121,8 +124,7 @@ class AttentionOp : public OpKernel {
     float* out = context->flat<float>().data();
     const int64_t flops = 4 * p.length * p.length * p.head_size;
     ForEachHead(ctx, p, flops, [&](int64_t b, int64_t h, RowMatrix* probs, RowMatrix*) {
-      p.Probabilities(b, h, probs);
-      p.Dropout(b, h, probs);
+      p.Probabilities(b, h, probs, /*dropped=*/true);
       View(out + b * p.length * p.hidden + h * p.head_size, p.length, p.head_size, Strided(p.hidden))
           .noalias() = *probs * p.value(b, h);
     });
@@ -158,16 +160,17 @@ class AttentionGradOp : public OpKernel {
       };
       ConstView d_out(dc + b * p.length * p.hidden + h * p.head_size, p.length, p.head_size,
                       Strided(p.hidden));
-      p.Probabilities(b, h, probs);
+      p.Probabilities(b, h, probs, /*dropped=*/false);
       *d_scores = *probs;  // the dropped-out probabilities, for dV = dropped^T dC
-      p.Dropout(b, h, d_scores);
+      for (int64_t i = 0; i < p.length; ++i) p.Drop(b, h, i, d_scores->data() + i * p.length);
       grad_block(2).noalias() = d_scores->transpose() * d_out;
       d_scores->noalias() = d_out * p.value(b, h).transpose();  // d(dropped probs)
-      p.Dropout(b, h, d_scores);                                 // d(probs)
-      // Softmax backward: dS = P * (dP - rowsum(dP * P)), times the score scale.
+      // Per row: d(probs) through the dropout, then the softmax backward
+      // dS = P * (dP - rowsum(dP * P)), times the score scale.
       for (int64_t i = 0; i < p.length; ++i) {
         Eigen::Map<const Eigen::ArrayXf> prob(probs->data() + i * p.length, p.length);
         Eigen::Map<Eigen::ArrayXf> grad(d_scores->data() + i * p.length, p.length);
+        p.Drop(b, h, i, grad.data());
         grad = prob * (grad - (grad * prob).sum()) * p.scale;
       }
       grad_block(0).noalias() = *d_scores * p.key(b, h);

@@ -152,11 +152,13 @@ class BiasGeluGradOp : public OpKernel {
 struct Dropout {
   const bool* keep;  // [N, W], or nullptr: no dropout
   float scale;
-  // y * (keep ? scale : 0), as Dropout's multiply by tf.where(keep, scale, 0).
+  // y * (keep ? scale : 0), as Dropout's multiply by tf.where(keep, scale, 0), as a product with
+  // the mask (no branch: it vectorizes).
   void Apply(int64_t row, int64_t width, Eigen::ArrayXf* y) const {
     if (keep == nullptr) return;
     const bool* k = keep + row * width;
-    for (int64_t j = 0; j < width; ++j) (*y)[j] *= k[j] ? scale : 0.0f;
+    float* x = y->data();
+    for (int64_t j = 0; j < width; ++j) x[j] *= static_cast<float>(k[j]) * scale;
   }
 };
 

@@ -19,6 +19,8 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
+from electra_tf.modeling import cpu_kernels
+
 
 class MlmOutput(NamedTuple):
     """`mlm_loss` results."""
@@ -47,10 +49,14 @@ def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor,
       masked_lm_weights: [B, N] 1 for used slots, 0 for unused.
     """
     logits = tf.cast(logits, tf.float32)  # [B, N, V]
-    # -log softmax(logits)[target] by the fused op: its gradient (softmax - one_hot) comes out of
+    labels = tf.cast(masked_lm_ids, tf.int32)
+    # -log softmax(logits)[target] by a fused op: its gradient (softmax - one_hot) comes out of
     # the forward pass, where a gather from log_softmax scatters into a new dense [B, N, V] tensor.
-    per_slot_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(masked_lm_ids, tf.int32), logits=logits)  # [B, N]
+    # On CPU the same op as a kernel that works through the logits row by row inside the cache.
+    if cpu_kernels.usable(logits.dtype):
+        per_slot_loss = cpu_kernels.sparse_softmax_cross_entropy(labels, logits)  # [B, N]
+    else:
+        per_slot_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     weights = tf.cast(masked_lm_weights, tf.float32)
     loss = tf.reduce_sum(weights * per_slot_loss) / (tf.reduce_sum(weights) + 1e-6)
     preds = tf.argmax(logits, axis=-1, output_type=tf.int32)  # = argmax of the log-probabilities
