@@ -20,9 +20,10 @@ def run_arguments(doc: str, data_dir_help: str, model_name_help: str, argv=None)
 
 def use_pooled_cpu_allocator() -> None:
     """Makes TensorFlow's CPU allocator a growing BFC pool (`TF_CPU_ALLOCATOR_USE_BFC=true`) unless
-    the user set that variable. TF's default CPU allocator hands large buffers back to the OS, so each
-    training step faults about 1 GB of fresh pages in again (300k page faults and 13 % of an
-    ELECTRA-Small step's CPU time at batch 32); the pool keeps them. TF reads the variable when it
+    the user set that variable. TF's default CPU allocator hands large buffers back to the OS, so on
+    some machines each training step faults about 1 GB of fresh pages in again (300k page faults and
+    13 % of an ELECTRA-Small step's CPU time at batch 32 on the AMD EPYC of benchmarks/RESULTS.md;
+    how much depends on the C library and kernel); the pool keeps them. TF reads the variable when it
     first allocates a tensor, so this must run before that (importing TensorFlow is fine)."""
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 

@@ -1,5 +1,6 @@
-"""The run scripts' pooled CPU allocator: on unless the user chose, and it stops the per-step page
-faults of TensorFlow's default CPU allocator (13 % of an ELECTRA-Small step's CPU time)."""
+"""The run scripts' pooled CPU allocator: on unless the user chose, and with it a step faults in no
+new pages (TensorFlow's default CPU allocator can: 13 % of an ELECTRA-Small step's CPU time on
+the AMD EPYC of benchmarks/RESULTS.md)."""
 
 import os
 import subprocess
@@ -29,8 +30,10 @@ def page_faults_per_step(*args):
     return float(out.split()[-1])
 
 
-def test_pooled_allocator_stops_the_page_faults_of_each_step():
-    default, pooled = page_faults_per_step(), page_faults_per_step("pooled")
-    # Default: thousands of fresh 4 KB pages per step (about 20k seen); pooled: the pool's pages are reused.
-    assert default > 2000, default
-    assert pooled < default / 20, (pooled, default)
+def test_with_the_pool_a_step_faults_in_no_new_pages():
+    # After warm-up, the pool's pages are reused step after step. TF's default allocator hands large
+    # buffers back to the C library; how many pages it then faults in again each step depends on
+    # the C library and the kernel (about 20k per step on the 2-core AMD EPYC of
+    # benchmarks/RESULTS.md, 0-200 on a Xeon with glibc 2.36), so that side is not asserted.
+    pooled = [page_faults_per_step("pooled") for _ in range(2)]
+    assert max(pooled) < 50, pooled

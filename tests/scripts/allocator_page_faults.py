@@ -1,8 +1,9 @@
-"""Prints the page faults of one step that makes temporaries of eight sizes (4-32 MB), after a
-warm-up step; with argument `pooled` it first calls `use_pooled_cpu_allocator()`, as the run
+"""Prints the median page faults of a step that makes temporaries of eight sizes (4-32 MB), after
+warm-up steps; with argument `pooled` it first calls `use_pooled_cpu_allocator()`, as the run
 scripts do. Run in a fresh process: TF fixes its CPU allocator at the first tensor."""
 
 import resource
+import statistics
 import sys
 
 import tensorflow as tf
@@ -19,8 +20,11 @@ def step(x):
 
 
 x = tf.random.normal([8192, 1024])  # [N, 1024] float32: 32 MB
-step(x).numpy()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(5):
+for _ in range(3):  # warm-up: the ops' order varies, so the pool may reach its peak after the first step
     step(x).numpy()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
+faults = []
+for _ in range(7):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    step(x).numpy()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(statistics.median(faults))  # the median: a one-off burst (a thread starting, say) is not the allocator's
