@@ -27,6 +27,7 @@ from official.modeling.optimization import lamb
 
 from electra_tf import layerwise_decay
 from electra_tf.errors import InputError
+from electra_tf.modeling import cpu_kernels
 
 CLIP_NORM = 1.0
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
@@ -122,6 +123,9 @@ class AdamWeightDecay(_ExactGlobalNormClipping, tf_keras.optimizers.legacy.Optim
     weight decay included). Model Garden's `legacy_adamw.AdamWeightDecay` bias-corrects, so it does
     not match the original.
 
+    On CPU (float32, outside XLA) each variable's update runs as one fused kernel
+    (`cpu_kernels.adam_weight_decay_update`) that equals these ops bit for bit.
+
     Sparse gradients (IndexedSlices from embedding lookups) are made dense, as TF1 did in the
     original: the moments of rows absent from the batch still decay and their weights still move.
     Pass `global_clipnorm=1.0` (a base-class option) for the original's clipping.
@@ -205,14 +209,18 @@ class AdamWeightDecay(_ExactGlobalNormClipping, tf_keras.optimizers.legacy.Optim
             var_device, var_dtype
         )
         m, v = self.adam_moments(var)
+        lr = c["lr_t"] * tf.cast(self.lr_multiplier(var.name), var_dtype)
+        weight_decay = self.weight_decay_rate if self.uses_weight_decay(var.name) else 0.0
+        if cpu_kernels.usable(var_dtype):  # the same update, bit for bit, in one pass
+            return cpu_kernels.adam_weight_decay_update(var, m, v, grad, lr, beta_1=self.beta_1, beta_2=self.beta_2,
+                                                        epsilon=self.epsilon, weight_decay=weight_decay)
         lock = self._use_locking
 
         m_t = m.assign(c["beta_1"] * m + c["one_minus_beta_1"] * grad, use_locking=lock)
         v_t = v.assign(c["beta_2"] * v + c["one_minus_beta_2"] * tf.square(grad), use_locking=lock)
         update = m_t / (tf.sqrt(v_t) + c["epsilon"])
-        if self.uses_weight_decay(var.name):
-            update += tf.cast(self.weight_decay_rate, var_dtype) * var
-        lr = c["lr_t"] * tf.cast(self.lr_multiplier(var.name), var_dtype)
+        if weight_decay:
+            update += tf.cast(weight_decay, var_dtype) * var
         return var.assign_sub(lr * update, use_locking=lock).op
 
     def _resource_apply_sparse(self, grad, var, indices, apply_state=None):

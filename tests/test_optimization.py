@@ -9,6 +9,7 @@ from official.modeling.optimization import lamb
 
 from electra_tf import layerwise_decay
 from electra_tf.errors import InputError
+from electra_tf.modeling import cpu_kernels
 from electra_tf.optimization import (
     AdamWeightDecay,
     PolynomialDecayWithWarmup,
@@ -183,6 +184,29 @@ def test_adamw_matches_numpy_reference(clip_norm, layerwise):
         np.testing.assert_allclose(m.numpy(), m_ref[name], rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(v.numpy(), v_ref[name], rtol=1e-5, atol=1e-9)
     assert int(opt.iterations) == STEPS
+
+
+@pytest.mark.parametrize("clip_norm", [None, 1.0])
+@pytest.mark.parametrize("layerwise", [False, True])
+def test_the_cpu_kernel_updates_exactly_as_tensorflows_ops(clip_norm, layerwise):
+    init, a, b = _problem(seed=3)
+    fused_vars, fused_opt, fused_snapshots = _run_tf(init, a, b, clip_norm, layerwise)
+    with cpu_kernels.disabled():
+        ref_vars, ref_opt, ref_snapshots = _run_tf(init, a, b, clip_norm, layerwise)
+    for name in VARIABLES:  # every step's weights, and the final moments, bit for bit
+        for step, (mine, theirs) in enumerate(zip(fused_snapshots, ref_snapshots)):
+            np.testing.assert_array_equal(mine[name], theirs[name], err_msg=f"{name} after step {step}")
+        for mine, theirs in zip(fused_opt.adam_moments(fused_vars[name]), ref_opt.adam_moments(ref_vars[name])):
+            np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=mine.name)
+    assert not np.array_equal(fused_snapshots[-1][EMBEDDING], init[EMBEDDING])  # it did train
+    variable = tf.Variable(tf.ones([3]))
+    opt = AdamWeightDecay(weight_decay_rate=0.01)
+
+    @tf.function
+    def apply():
+        opt.apply_gradients([(tf.ones([3]), variable)])
+
+    assert "ElectraAdamWeightDecay" in {op.type for op in apply.get_concrete_function().graph.get_operations()}
 
 
 def test_weight_decay_exclusions():

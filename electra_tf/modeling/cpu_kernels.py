@@ -9,10 +9,12 @@ On CPU, TensorFlow runs the block's non-matmul work as many small ops, each a pa
 - bias + GELU and bias + dropout + residual + LayerNorm (fused_pointwise.cc) are chains of 8-15
   element-wise ops each, forward and backward; the kernels make one pass per row each way;
 - the MLM loss's softmax cross-entropy over [B*N, 30522] logits (fused_softmax_xent.cc) takes
-  each row through its passes while it stays in the cache.
+  each row through its passes while it stays in the cache;
+- the optimizer's AdamWeightDecay update (fused_adam_weight_decay.cc) is a dozen element-wise ops
+  per variable; the kernel makes one pass and equals those ops bit for bit.
 Same math as the TensorFlow path (`SelfAttention`, `layer_utils.gelu`, `layer_utils.LayerNorm`,
-`Dropout` with the same dropout masks, `tf.nn.sparse_softmax_cross_entropy_with_logits`); sums
-differ only in rounding order.
+`Dropout` with the same dropout masks, `tf.nn.sparse_softmax_cross_entropy_with_logits`,
+`AdamWeightDecay`); sums differ only in rounding order.
 
 The kernels are compiled with the machine's C++ compiler (`$CXX`, else c++ or g++) against the
 installed TensorFlow's headers, once per source, TensorFlow version and CPU, into
@@ -40,8 +42,11 @@ from tensorflow.python.ops import control_flow_util  # XLA-context test: no publ
 from tensorflow.python.saved_model import save_context  # in-save test: no public API in TF 2.20
 
 SOURCES = tuple(Path(__file__).with_name(name)
-                for name in ("fused_attention.cc", "fused_pointwise.cc", "fused_softmax_xent.cc"))
-_OPTIMIZE = ["-O3", "-march=native", "-DEIGEN_DONT_PARALLELIZE"]  # threads come from TF's intra-op pool
+                for name in ("fused_attention.cc", "fused_pointwise.cc", "fused_softmax_xent.cc",
+                             "fused_adam_weight_decay.cc"))
+# Threads come from TF's intra-op pool; no FMA contraction, so that the optimizer's update rounds
+# as TensorFlow's separate ops do; sqrt without errno, so that it vectorizes.
+_OPTIMIZE = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-DEIGEN_DONT_PARALLELIZE"]
 
 _lock = threading.Lock()
 _loaded = {}  # "library": the loaded op module, or None after a failed or refused build
@@ -206,3 +211,15 @@ def sparse_softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Ten
         return loss, lambda d_loss: backprop * d_loss[:, tf.newaxis]
 
     return tf.reshape(fused(tf.reshape(logits, [-1, classes])), tf.shape(labels))
+
+
+def adam_weight_decay_update(var: tf.Variable, m: tf.Variable, v: tf.Variable, grad: tf.Tensor, lr: tf.Tensor, *,
+                             beta_1: float, beta_2: float, epsilon: float, weight_decay: float) -> tf.Operation:
+    """The original's AdamWeightDecay update of `var` and its moments `m`, `v` (see
+    `optimization.AdamWeightDecay`) by one kernel; call only where `usable`. grad float32 of var's
+    shape, lr a float32 scalar (multiplier included), weight_decay 0 for no decay; `1 - beta` in
+    float64 first, as the TensorFlow path. Returns the op that assigns all three."""
+    new_var, new_m, new_v = library().electra_adam_weight_decay(
+        var, m, v, grad, lr, beta_1=beta_1, one_minus_beta_1=1.0 - beta_1, beta_2=beta_2,
+        one_minus_beta_2=1.0 - beta_2, epsilon=epsilon, weight_decay=weight_decay)
+    return tf.group(m.assign(new_m), v.assign(new_v), var.assign(new_var))
