@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.modeling import BertConfig, SelfAttention, attention_bias, build_encoder
-from electra_tf.modeling import cpu_kernels
+from electra_tf import cpu_kernels
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON, build_in_scope, gelu, layer_norm
 
@@ -227,7 +227,8 @@ def test_a_failed_build_warns_once_and_the_model_uses_tensorflows_ops(tmp_path):
     script = textwrap.dedent("""
         import warnings
         import tensorflow as tf
-        from electra_tf.modeling import BertConfig, build_encoder, cpu_kernels
+        from electra_tf import cpu_kernels
+        from electra_tf.modeling import BertConfig, build_encoder
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             encoder = build_encoder(BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1,

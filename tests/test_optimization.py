@@ -9,7 +9,7 @@ from official.modeling.optimization import lamb
 
 from electra_tf import layerwise_decay
 from electra_tf.errors import InputError
-from electra_tf.modeling import cpu_kernels
+from electra_tf import cpu_kernels
 from electra_tf.optimization import (
     AdamWeightDecay,
     PolynomialDecayWithWarmup,

@@ -24,7 +24,7 @@ from typing import List, Optional, Union
 import tensorflow as tf
 import tf_keras
 
-from electra_tf.modeling import cpu_kernels
+from electra_tf import cpu_kernels
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.embeddings import Embeddings

@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
-from electra_tf.modeling import cpu_kernels
+from electra_tf import cpu_kernels
 
 
 class MlmOutput(NamedTuple):

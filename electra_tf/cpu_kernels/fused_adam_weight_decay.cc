@@ -9,7 +9,7 @@
 // memory. Every operation is the float32 operation TensorFlow's ops perform, in the same order, and
 // the build turns off FMA contraction (-ffp-contract=off), so the results equal those ops' bit for
 // bit. The new values are returned; the caller assigns them, which adopts the buffers without a copy.
-// Built and loaded by cpu_kernels.py.
+// Built and loaded by electra_tf/cpu_kernels/__init__.py.
 
 #include <cmath>
 #include <utility>
@@ -30,10 +30,10 @@ using tensorflow::errors::InvalidArgument;
 class AdamWeightDecayOp : public OpKernel {
  public:
   explicit AdamWeightDecayOp(OpKernelConstruction* c) : OpKernel(c) {
-    for (auto [name, value] : {std::pair<const char*, float*>{"beta_1", &beta_1_}, {"one_minus_beta_1", &one_minus_beta_1_},
-                               {"beta_2", &beta_2_}, {"one_minus_beta_2", &one_minus_beta_2_},
-                               {"epsilon", &epsilon_}, {"weight_decay", &weight_decay_}})
-      OP_REQUIRES_OK(c, c->GetAttr(name, value));
+    const std::pair<const char*, float*> attrs[] = {
+        {"beta_1", &beta_1_}, {"one_minus_beta_1", &one_minus_beta_1_}, {"beta_2", &beta_2_},
+        {"one_minus_beta_2", &one_minus_beta_2_}, {"epsilon", &epsilon_}, {"weight_decay", &weight_decay_}};
+    for (const auto& [name, value] : attrs) OP_REQUIRES_OK(c, c->GetAttr(name, value));
   }
 
   void Compute(OpKernelContext* ctx) override {

@@ -1,6 +1,6 @@
-"""Fused CPU kernels for the transformer block, built on first use, and their TensorFlow wrappers.
+"""Fused CPU kernels for the training step, built on first use, and their TensorFlow wrappers.
 
-On CPU, TensorFlow runs the block's non-matmul work as many small ops, each a pass over memory:
+On CPU, TensorFlow runs the step's non-matmul work as many small ops, each a pass over memory:
 - the attention core (fused_attention.cc) writes the [B, heads, L, L] scores, probabilities and
   dropout products and reads them back several times (ELECTRA-Small at batch 32: 18 % of the step
   in batched matmuls at 30-50 GFLOP/s); the kernel runs softmax(Q K^T / sqrt(D) + mask) · dropout
@@ -84,7 +84,7 @@ def library_path() -> Path:
 def build(path: Path) -> None:
     """Compiles the kernels into `path` (to a temporary name first: concurrent builds are safe)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"electra_tf: compiling the fused CPU kernels into {path} (once; about 30 s)", file=sys.stderr, flush=True)
+    print(f"electra_tf: compiling the fused CPU kernels into {path} (once; about 40 s)", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         staged = Path(tmp) / path.name
         done = subprocess.run(_compile_command(staged), capture_output=True, text=True)

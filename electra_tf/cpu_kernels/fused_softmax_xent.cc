@@ -4,7 +4,7 @@
 // is subtracted before exp). Each row (V = 30522 floats, 120 KB) is processed while it stays in
 // the core's cache, three passes (max; exp and sum; scale) instead of TensorFlow's passes over the
 // whole [N, V] matrix for each step.
-// Built and loaded by cpu_kernels.py.
+// Built and loaded by electra_tf/cpu_kernels/__init__.py.
 
 #include <algorithm>
 #include <cmath>

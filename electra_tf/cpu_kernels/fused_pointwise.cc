@@ -11,7 +11,8 @@
 // `layer_utils._normalize` and `Dropout`; only the sums over a row are taken in another order.
 // Column sums (gradients of bias, gamma and beta) are added up in fixed blocks of rows and then
 // over the blocks in order, so results do not depend on the number of threads.
-// Built and loaded by cpu_kernels.py, which also makes each Grad kernel its forward kernel's gradient.
+// Built and loaded by electra_tf/cpu_kernels/__init__.py, which also makes each Grad kernel its
+// forward kernel's gradient.
 
 #include <algorithm>
 #include <cmath>

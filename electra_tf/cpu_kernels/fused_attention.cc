@@ -11,7 +11,8 @@
 //   bias    float [B, L]      additive mask over the keys (0 or -10000)
 //   keep    bool  [B, heads, L, L] dropout keep mask, or shape [0] for no dropout
 //   context float [B, L, H]   (head h at columns h*D)
-// Built and loaded by cpu_kernels.py, which also makes the second kernel the first one's gradient.
+// Built and loaded by electra_tf/cpu_kernels/__init__.py, which also makes the second kernel the
+// first one's gradient.
 
 #include <Eigen/Dense>
 
