@@ -44,6 +44,7 @@ from tensorflow.python.saved_model import save_context  # in-save test: no publi
 SOURCES = tuple(Path(__file__).with_name(name)
                 for name in ("fused_attention.cc", "fused_pointwise.cc", "fused_softmax_xent.cc",
                              "fused_adam_weight_decay.cc"))
+HEADERS = (Path(__file__).with_name("kernel_util.h"),)  # included by the sources
 # Threads come from TF's intra-op pool; no FMA contraction, so that the optimizer's update rounds
 # as TensorFlow's separate ops do; sqrt without errno, so that it vectorizes.
 _OPTIMIZE = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-DEIGEN_DONT_PARALLELIZE"]
@@ -74,8 +75,9 @@ def _compile_command(output: Path) -> list:
 def library_path() -> Path:
     """Where the built kernels live: a name that changes with the sources, TF, flags and CPU."""
     key = hashlib.sha256()
-    for part in (*(source.read_bytes() for source in SOURCES), tf.__version__.encode(), " ".join(_OPTIMIZE).encode(),
-                 " ".join(tf.sysconfig.get_compile_flags()).encode(), _cpu_signature().encode()):
+    for part in (*(path.read_bytes() for path in SOURCES + HEADERS), tf.__version__.encode(),
+                 " ".join(_OPTIMIZE).encode(), " ".join(tf.sysconfig.get_compile_flags()).encode(),
+                 _cpu_signature().encode()):
         key.update(part)
     root = Path(os.environ.get("ELECTRA_TF_BUILD_DIR") or Path.home() / ".cache" / "electra_tf")
     return root / f"cpu_kernels_{key.hexdigest()[:16]}.so"

@@ -14,18 +14,10 @@
 #include <cmath>
 #include <utility>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "kernel_util.h"
 
+namespace electra_kernels {
 namespace {
-
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::errors::InvalidArgument;
 
 class AdamWeightDecayOp : public OpKernel {
  public:
@@ -56,8 +48,7 @@ class AdamWeightDecayOp : public OpKernel {
     const float b1 = beta_1_, c1 = one_minus_beta_1_, b2 = beta_2_, c2 = one_minus_beta_2_, eps = epsilon_,
                 wd = weight_decay_;
     const bool decay = weight_decay_ != 0.0f;
-    auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    tensorflow::Shard(workers->num_threads, workers->workers, param.NumElements(), 20, [&](int64_t begin, int64_t end) {
+    ParallelFor(ctx, param.NumElements(), 20, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {  // outputs may alias inputs element for element
         const float grad = g[i], value = p[i];
         const float m_t = b1 * m[i] + c1 * grad;
@@ -76,6 +67,7 @@ class AdamWeightDecayOp : public OpKernel {
 };
 
 }  // namespace
+}  // namespace electra_kernels
 
 REGISTER_OP("ElectraAdamWeightDecay")
     .Input("param: float")
@@ -92,9 +84,7 @@ REGISTER_OP("ElectraAdamWeightDecay")
     .Attr("one_minus_beta_2: float")
     .Attr("epsilon: float")
     .Attr("weight_decay: float")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      for (int i = 0; i < 3; ++i) c->set_output(i, c->input(0));
-      return tensorflow::OkStatus();
-    });
+    .SetShapeFn(electra_kernels::OutputsShapedAs({0, 0, 0}));
 
-REGISTER_KERNEL_BUILDER(Name("ElectraAdamWeightDecay").Device(tensorflow::DEVICE_CPU), AdamWeightDecayOp);
+REGISTER_KERNEL_BUILDER(Name("ElectraAdamWeightDecay").Device(tensorflow::DEVICE_CPU),
+                        electra_kernels::AdamWeightDecayOp);

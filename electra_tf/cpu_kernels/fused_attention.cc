@@ -16,19 +16,10 @@
 
 #include <Eigen/Dense>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "kernel_util.h"
 
+namespace electra_kernels {
 namespace {
-
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::errors::InvalidArgument;
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Strided = Eigen::OuterStride<>;
@@ -102,12 +93,10 @@ tensorflow::Status ReadProblem(OpKernelContext* ctx, int64_t heads, float keep_s
 // Runs work(b, h) for every (sequence, head) on the op's intra-op threads.
 template <typename Work>
 void ForEachHead(OpKernelContext* ctx, const Problem& p, int64_t flops_per_head, Work work) {
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(workers->num_threads, workers->workers, p.batch * p.heads, flops_per_head,
-                    [&](int64_t begin, int64_t end) {
-                      RowMatrix scratch(p.length, p.length), grad(p.length, p.length);
-                      for (int64_t i = begin; i < end; ++i) work(i / p.heads, i % p.heads, &scratch, &grad);
-                    });
+  ParallelFor(ctx, p.batch * p.heads, flops_per_head, [&](int64_t begin, int64_t end) {
+    RowMatrix scratch(p.length, p.length), grad(p.length, p.length);
+    for (int64_t i = begin; i < end; ++i) work(i / p.heads, i % p.heads, &scratch, &grad);
+  });
 }
 
 class AttentionOp : public OpKernel {
@@ -184,12 +173,8 @@ class AttentionGradOp : public OpKernel {
   float keep_scale_;
 };
 
-tensorflow::Status SameAsInput(tensorflow::shape_inference::InferenceContext* c, int input) {
-  c->set_output(0, c->input(input));
-  return tensorflow::OkStatus();
-}
-
 }  // namespace
+}  // namespace electra_kernels
 
 REGISTER_OP("ElectraAttention")
     .Input("qkv: float")
@@ -215,7 +200,9 @@ REGISTER_OP("ElectraAttentionGrad")
     .Output("d_qkv: float")
     .Attr("num_heads: int >= 1")
     .Attr("keep_scale: float = 1.0")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) { return SameAsInput(c, 0); });
+    .SetShapeFn(electra_kernels::OutputsShapedAs({0}));
 
-REGISTER_KERNEL_BUILDER(Name("ElectraAttention").Device(tensorflow::DEVICE_CPU), AttentionOp);
-REGISTER_KERNEL_BUILDER(Name("ElectraAttentionGrad").Device(tensorflow::DEVICE_CPU), AttentionGradOp);
+REGISTER_KERNEL_BUILDER(Name("ElectraAttention").Device(tensorflow::DEVICE_CPU),
+                        electra_kernels::AttentionOp);
+REGISTER_KERNEL_BUILDER(Name("ElectraAttentionGrad").Device(tensorflow::DEVICE_CPU),
+                        electra_kernels::AttentionGradOp);

@@ -21,19 +21,10 @@
 #include <Eigen/Dense>
 #include <unsupported/Eigen/SpecialFunctions>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "kernel_util.h"
 
+namespace electra_kernels {
 namespace {
-
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::errors::InvalidArgument;
 
 using Row = Eigen::Map<Eigen::ArrayXf>;
 using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
@@ -53,19 +44,6 @@ tensorflow::Status CheckRows(const Tensor& x, const Tensor& vector, const char* 
   return tensorflow::OkStatus();
 }
 
-tensorflow::Status CheckSame(const Tensor& t, const TensorShape& shape, const char* name) {
-  if (t.shape() != shape)
-    return InvalidArgument(name, " must have shape ", shape.DebugString(), ", got ", t.shape().DebugString());
-  return tensorflow::OkStatus();
-}
-
-// Runs rows(begin, end) over all rows on the intra-op threads.
-template <typename Work>
-void ForRows(OpKernelContext* ctx, int64_t rows, int64_t cost_per_row, Work work) {
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(workers->num_threads, workers->workers, rows, cost_per_row, work);
-}
-
 // Runs block(b, first_row, end_row, partial) for every block of kRowsPerBlock rows, each with its own
 // zeroed `count` x [width] partial sums, and writes their in-order total into `outputs`.
 template <typename Work>
@@ -73,7 +51,7 @@ void ForBlocksWithColumnSums(OpKernelContext* ctx, int64_t rows, int64_t width, 
                              const std::vector<float*>& outputs, Work work) {
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   std::vector<float> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * count * width), 0.0f);
-  ForRows(ctx, blocks, cost_per_row * kRowsPerBlock, [&](int64_t begin, int64_t end) {
+  ParallelFor(ctx, blocks, cost_per_row * kRowsPerBlock, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
       work(b * kRowsPerBlock, std::min(rows, (b + 1) * kRowsPerBlock), partial.data() + b * count * width);
   });
@@ -106,7 +84,7 @@ class BiasGeluOp : public OpKernel {
     const float* in = x.flat<float>().data();
     float* o = out->flat<float>().data();
     ConstRow b(bias.flat<float>().data(), width);
-    ForRows(ctx, rows, 40 * width, [&](int64_t begin, int64_t end) {
+    ParallelFor(ctx, rows, 40 * width, [&](int64_t begin, int64_t end) {
       Eigen::ArrayXf y(width);
       for (int64_t r = begin; r < end; ++r) {
         y = ConstRow(in + r * width, width) + b;
@@ -126,7 +104,7 @@ class BiasGeluGradOp : public OpKernel {
     const Tensor& bias = ctx->input(2);
     int64_t rows, width;
     OP_REQUIRES_OK(ctx, CheckRows(x, bias, "x", "bias", &rows, &width));
-    OP_REQUIRES_OK(ctx, CheckSame(dy, x.shape(), "dy"));
+    OP_REQUIRES_OK(ctx, CheckShape(dy, x.shape(), "dy"));
     Tensor *dx = nullptr, *d_bias = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, bias.shape(), &d_bias));
@@ -167,7 +145,7 @@ tensorflow::Status ReadDropout(const Tensor& keep, const TensorShape& shape, flo
   dropout->keep = nullptr;
   dropout->scale = scale;
   if (keep.NumElements() == 0) return tensorflow::OkStatus();
-  TF_RETURN_IF_ERROR(CheckSame(keep, shape, "keep"));
+  TF_RETURN_IF_ERROR(CheckShape(keep, shape, "keep"));
   dropout->keep = keep.flat<bool>().data();
   return tensorflow::OkStatus();
 }
@@ -187,9 +165,9 @@ class ResidualLayerNormOp : public OpKernel {
     const Tensor& beta = ctx->input(5);
     int64_t rows, width;
     OP_REQUIRES_OK(ctx, CheckRows(y, bias, "y", "bias", &rows, &width));
-    OP_REQUIRES_OK(ctx, CheckSame(residual, y.shape(), "residual"));
-    OP_REQUIRES_OK(ctx, CheckSame(gamma, bias.shape(), "gamma"));
-    OP_REQUIRES_OK(ctx, CheckSame(beta, bias.shape(), "beta"));
+    OP_REQUIRES_OK(ctx, CheckShape(residual, y.shape(), "residual"));
+    OP_REQUIRES_OK(ctx, CheckShape(gamma, bias.shape(), "gamma"));
+    OP_REQUIRES_OK(ctx, CheckShape(beta, bias.shape(), "beta"));
     Dropout dropout;
     OP_REQUIRES_OK(ctx, ReadDropout(ctx->input(2), y.shape(), keep_scale_, &dropout));
     Tensor *out = nullptr, *normalized = nullptr, *inv_std = nullptr;
@@ -201,7 +179,7 @@ class ResidualLayerNormOp : public OpKernel {
     ConstRow b(bias.flat<float>().data(), width), g(gamma.flat<float>().data(), width),
         be(beta.flat<float>().data(), width);
     const float inv_width = 1.0f / width, epsilon = epsilon_;
-    ForRows(ctx, rows, 12 * width, [&](int64_t begin, int64_t end) {
+    ParallelFor(ctx, rows, 12 * width, [&](int64_t begin, int64_t end) {
       Eigen::ArrayXf x(width);
       for (int64_t r = begin; r < end; ++r) {
         x = ConstRow(in + r * width, width) + b;
@@ -234,8 +212,8 @@ class ResidualLayerNormGradOp : public OpKernel {
     const Tensor& gamma = ctx->input(3);
     int64_t rows, width;
     OP_REQUIRES_OK(ctx, CheckRows(normalized, gamma, "normalized", "gamma", &rows, &width));
-    OP_REQUIRES_OK(ctx, CheckSame(d_out, normalized.shape(), "d_out"));
-    OP_REQUIRES_OK(ctx, CheckSame(inv_std, TensorShape({rows}), "inv_std"));
+    OP_REQUIRES_OK(ctx, CheckShape(d_out, normalized.shape(), "d_out"));
+    OP_REQUIRES_OK(ctx, CheckShape(inv_std, TensorShape({rows}), "inv_std"));
     Dropout dropout;
     OP_REQUIRES_OK(ctx, ReadDropout(ctx->input(4), normalized.shape(), keep_scale_, &dropout));
     Tensor *d_residual = nullptr, *d_y = nullptr, *d_bias = nullptr, *d_gamma = nullptr, *d_beta = nullptr;
@@ -274,20 +252,14 @@ class ResidualLayerNormGradOp : public OpKernel {
   float keep_scale_;
 };
 
-tensorflow::Status ShapesOf(tensorflow::shape_inference::InferenceContext* c,
-                            std::initializer_list<int> inputs) {
-  int output = 0;
-  for (int input : inputs) c->set_output(output++, c->input(input));
-  return tensorflow::OkStatus();
-}
-
 }  // namespace
+}  // namespace electra_kernels
 
 REGISTER_OP("ElectraBiasGelu")
     .Input("x: float")
     .Input("bias: float")
     .Output("out: float")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) { return ShapesOf(c, {0}); });
+    .SetShapeFn(electra_kernels::OutputsShapedAs({0}));
 
 REGISTER_OP("ElectraBiasGeluGrad")
     .Input("dy: float")
@@ -295,7 +267,7 @@ REGISTER_OP("ElectraBiasGeluGrad")
     .Input("bias: float")
     .Output("dx: float")
     .Output("d_bias: float")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) { return ShapesOf(c, {1, 2}); });
+    .SetShapeFn(electra_kernels::OutputsShapedAs({1, 2}));
 
 REGISTER_OP("ElectraResidualLayerNorm")
     .Input("y: float")
@@ -328,10 +300,12 @@ REGISTER_OP("ElectraResidualLayerNormGrad")
     .Output("d_gamma: float")
     .Output("d_beta: float")
     .Attr("keep_scale: float = 1.0")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) { return ShapesOf(c, {1, 1, 3, 3, 3}); });
+    .SetShapeFn(electra_kernels::OutputsShapedAs({1, 1, 3, 3, 3}));
 
-REGISTER_KERNEL_BUILDER(Name("ElectraBiasGelu").Device(tensorflow::DEVICE_CPU), BiasGeluOp);
-REGISTER_KERNEL_BUILDER(Name("ElectraBiasGeluGrad").Device(tensorflow::DEVICE_CPU), BiasGeluGradOp);
-REGISTER_KERNEL_BUILDER(Name("ElectraResidualLayerNorm").Device(tensorflow::DEVICE_CPU), ResidualLayerNormOp);
+REGISTER_KERNEL_BUILDER(Name("ElectraBiasGelu").Device(tensorflow::DEVICE_CPU), electra_kernels::BiasGeluOp);
+REGISTER_KERNEL_BUILDER(Name("ElectraBiasGeluGrad").Device(tensorflow::DEVICE_CPU),
+                        electra_kernels::BiasGeluGradOp);
+REGISTER_KERNEL_BUILDER(Name("ElectraResidualLayerNorm").Device(tensorflow::DEVICE_CPU),
+                        electra_kernels::ResidualLayerNormOp);
 REGISTER_KERNEL_BUILDER(Name("ElectraResidualLayerNormGrad").Device(tensorflow::DEVICE_CPU),
-                        ResidualLayerNormGradOp);
+                        electra_kernels::ResidualLayerNormGradOp);

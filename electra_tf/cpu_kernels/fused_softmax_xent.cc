@@ -11,18 +11,10 @@
 
 #include <Eigen/Dense>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "kernel_util.h"
 
+namespace electra_kernels {
 namespace {
-
-using tensorflow::OpKernel;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::errors::InvalidArgument;
 
 class SparseSoftmaxXentOp : public OpKernel {
  public:
@@ -45,8 +37,7 @@ class SparseSoftmaxXentOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, logits.shape(), &backprop));
     const float* in = logits.flat<float>().data();
     float *l = loss->flat<float>().data(), *bp = backprop->flat<float>().data();
-    auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    tensorflow::Shard(workers->num_threads, workers->workers, rows, 30 * classes, [&](int64_t begin, int64_t end) {
+    ParallelFor(ctx, rows, 30 * classes, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         Eigen::Map<const Eigen::ArrayXf> x(in + r * classes, classes);
         Eigen::Map<Eigen::ArrayXf> p(bp + r * classes, classes);
@@ -62,6 +53,7 @@ class SparseSoftmaxXentOp : public OpKernel {
 };
 
 }  // namespace
+}  // namespace electra_kernels
 
 REGISTER_OP("ElectraSparseSoftmaxXent")
     .Input("logits: float")
@@ -74,4 +66,5 @@ REGISTER_OP("ElectraSparseSoftmaxXent")
       return tensorflow::OkStatus();
     });
 
-REGISTER_KERNEL_BUILDER(Name("ElectraSparseSoftmaxXent").Device(tensorflow::DEVICE_CPU), SparseSoftmaxXentOp);
+REGISTER_KERNEL_BUILDER(Name("ElectraSparseSoftmaxXent").Device(tensorflow::DEVICE_CPU),
+                        electra_kernels::SparseSoftmaxXentOp);
