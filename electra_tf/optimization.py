@@ -25,9 +25,8 @@ import tensorflow as tf
 import tf_keras
 from official.modeling.optimization import lamb
 
-from electra_tf import layerwise_decay
+from electra_tf import cpu_kernels, layerwise_decay
 from electra_tf.errors import InputError
-from electra_tf import cpu_kernels
 
 CLIP_NORM = 1.0
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")

@@ -50,10 +50,7 @@ class MaskedLMHead(tf_keras.layers.Layer):
         h = tf.reshape(sequence_output, [-1, sequence_output.shape[-1]])  # [B*N, Hs]
         h = self.layer_norm(self.dense(h))  # [B*N, E]
         table = tf.cast(self.embeddings.word_embeddings, h.dtype)  # [V, E]
-        # bias_add, not a broadcast `+`: grappler fuses it into the matmul (float32) and its gradient
-        # is BiasAddGrad (same sums), instead of a separate pass over the [B*N, V] logits.
-        logits = tf.nn.bias_add(tf.cast(tf.matmul(h, table, transpose_b=True), tf.float32),
-                                self.output_bias)  # [B*N, V]
+        logits = tf.cast(tf.matmul(h, table, transpose_b=True), tf.float32) + self.output_bias  # [B*N, V]
         return tf.reshape(logits, tf.concat([rows, [self.config.vocab_size]], axis=0))
 
 
