@@ -23,7 +23,7 @@ dropout 0.1) with an AdamW update and global-norm clipping at 1.0, for each vari
 
 The machine is shared and its speed drifts, so every peer is measured beside "ours", in pairs:
 each variant lives in its own long-lived subprocess (oneDNN is chosen when TF starts), and the
-two of a pair are stepped in turn, round after round, each step followed by one fp32 GEMM
+two of a pair are stepped in turn, round after round, each step followed by one GEMM
 measurement, so both see the same load. Only the pair and the GEMM process are alive at a time
 (a crowd of 2-9 GB processes on a 2-core, 24 GB machine slows the variants unequally). Warm-up
 steps (tracing, compiling) are excluded; tokens/s is batch x 128 / the median step time, and
@@ -31,7 +31,11 @@ each peer's ratio is taken from its own pair. The GEMM peak is the best tf.matmu
 (1024^2 and 2048^2 matrices, both threads) over all rounds.
 
     .venv/bin/python benchmarks/pretrain_throughput.py [--batch-sizes 32 128] [--steps 3]
-        [--warmup 2] [--variants ours,mg,mg_pooled,mg_no_onednn,hf]
+        [--warmup 2] [--variants ours,mg,mg_pooled,mg_no_onednn,hf] [--precision float32]
+
+`--precision mixed_bfloat16` runs every variant in bfloat16 compute (tf_keras's mixed_bfloat16
+policy for ours and Model Garden, torch.autocast for HF; ours then uses TensorFlow's ops, as the
+CPU kernels are float32 only) and measures a bfloat16 GEMM peak (AMX / AVX512_BF16 machines).
 
 Without `ours` among the variants, each runs alone and no ratio is printed.
 """
@@ -108,10 +112,22 @@ def _masked_batch(batch: int) -> dict:
     return out
 
 
+def _precision() -> str:
+    """The run's --precision, as the driver passes it to its workers."""
+    return os.environ.get("ELECTRA_BENCH_PRECISION", "float32")
+
+
+def _set_keras_policy() -> None:
+    import tf_keras
+    tf_keras.mixed_precision.set_global_policy(_precision())
+
+
 def build_gemm(batch: int):
-    """run(i) -> best fp32 tf.matmul GFLOP/s of a few 1024^2 and 2048^2 products."""
+    """run(i) -> best tf.matmul GFLOP/s of a few 1024^2 and 2048^2 products (in the run's compute dtype)."""
     import tensorflow as tf
-    matrices = {n: (tf.random.normal([n, n]), tf.random.normal([n, n])) for n in (1024, 2048)}
+    dtype = tf.bfloat16 if _precision() == "mixed_bfloat16" else tf.float32
+    matrices = {n: (tf.cast(tf.random.normal([n, n]), dtype), tf.cast(tf.random.normal([n, n]), dtype))
+                for n in (1024, 2048)}
 
     def run(i):
         best = 0.0
@@ -134,8 +150,10 @@ def build_ours(batch: int, jit_compile: bool = False):
     from electra_tf.pretraining import PretrainingModel
     from electra_tf.training import make_train_step
 
+    _set_keras_policy()  # as run_pretraining.py, before the model is built
     config = PretrainingConfig.from_hparams("bench", "/unused", dict(
-        model_size="small", train_batch_size=batch, max_seq_length=SEQ, vocab_size=VOCAB))
+        model_size="small", train_batch_size=batch, max_seq_length=SEQ, vocab_size=VOCAB,
+        precision=_precision()))
     assert config.max_predictions_per_seq == PREDICTIONS
     model = PretrainingModel(config, **SPECIAL_IDS)
     optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
@@ -178,6 +196,7 @@ def build_mg(batch: int):
             num_masked_tokens=PREDICTIONS, sequence_length=SEQ, cls_heads=[]),
         train_data=pretrain_dataloader.BertPretrainDataConfig(
             seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, use_next_sentence_label=False)))
+    _set_keras_policy()
     model, metrics = task.build_model(), task.build_metrics(training=True)
     # The electra/pretraining experiment's optimizer: AdamW, wd 0.01 except LayerNorm/bias,
     # clip 1.0, polynomial decay with polynomial warm-up.
@@ -223,17 +242,20 @@ def build_hf(batch: int):
     labels.scatter_(1, positions, torch.where(used, m["masked_lm_ids"].long(), -100))
     ids, mask, masked_ids = m["input_ids"].long(), m["input_mask"].long(), m["masked_input_ids"].long()
     generator.train(), discriminator.train()
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=_precision() == "mixed_bfloat16")
 
     def run(i):
-        gen_out = generator(input_ids=masked_ids, attention_mask=mask, labels=labels)
+        with autocast:
+            gen_out = generator(input_ids=masked_ids, attention_mask=mask, labels=labels)
         with torch.no_grad():  # Gumbel-max samples at the masked positions, as the original
             logits = torch.gather(gen_out.logits, 1, positions[..., None].expand(-1, -1, VOCAB))
             uniform = torch.rand(logits.shape)
             sampled = torch.argmax(logits - torch.log(-torch.log(uniform + 1e-9) + 1e-9), -1)
             fake = ids.scatter(1, positions, torch.where(used, sampled, ids.gather(1, positions)))
             is_replaced = (fake != ids).long()
-        disc_out = discriminator(input_ids=fake, attention_mask=mask, labels=is_replaced)
-        loss = gen_out.loss + 50.0 * disc_out.loss
+        with autocast:
+            disc_out = discriminator(input_ids=fake, attention_mask=mask, labels=is_replaced)
+        loss = gen_out.loss.float() + 50.0 * disc_out.loss.float()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for _, p in params.values()], 1.0)
@@ -283,8 +305,8 @@ class WorkerDied(RuntimeError):
 class Worker:
     """One variant in its own interpreter, stepped on demand through stdin/stdout."""
 
-    def __init__(self, variant: str, batch: int, warmup: int):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    def __init__(self, variant: str, batch: int, warmup: int, precision: str):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", ELECTRA_BENCH_PRECISION=precision)
         env["TF_ENABLE_ONEDNN_OPTS"] = "0" if variant == "mg_no_onednn" else "1"
         if variant == "ours_unfused":
             env["ELECTRA_TF_CPU_KERNELS"] = "0"
@@ -334,7 +356,7 @@ def measure(batch: int, variants, args) -> list:
     """
     def start(variant):
         begin = time.perf_counter()
-        worker = Worker(variant, batch, 0 if variant == "gemm" else args.warmup)
+        worker = Worker(variant, batch, 0 if variant == "gemm" else args.warmup, args.precision)
         worker.receive()
         print(f"  batch {batch}: {variant} ready after {time.perf_counter() - begin:.0f} s "
               f"(peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
@@ -364,7 +386,7 @@ def measure(batch: int, variants, args) -> list:
     return results
 
 
-def report(results: dict, batch_sizes) -> None:
+def report(results: dict, batch_sizes, precision: str = "float32") -> None:
     """The table (one row per variant and group, "ours" once per pair) and the ratios: each
     peer's from its own pair; "best Model Garden" is the smallest ratio over the MG variants."""
     if not any(results.values()):
@@ -375,7 +397,8 @@ def report(results: dict, batch_sizes) -> None:
     print(f"\nModel FLOPs per trained token: {flops / 1e6:.1f} MFLOP = 3 (fwd + bwd) x 2 x MACs of: generator and "
           f"discriminator encoders (E->H projection; per layer 4H^2 + 2HF + 2LH), MLM head at the "
           f"{PREDICTIONS}/{SEQ} masked positions (Hg*E + E*V), discriminator head (H^2 + H).")
-    print(f"fp32 GEMM peak (best tf.matmul over all rounds): {gemm:.1f} GFLOP/s; "
+    dtype = "bf16" if precision == "mixed_bfloat16" else "fp32"
+    print(f"{dtype} GEMM peak (best tf.matmul over all rounds): {gemm:.1f} GFLOP/s; "
           f"MFU = tokens/s x FLOPs/token / peak.\n")
     print(f"{'variant':36s} {'batch':>5s} {'step s':>7s} {'tokens/s':>9s} {'GFLOP/s':>8s} {'MFU':>6s}  "
           f"{'ratio':>6s}  timed steps (s)")
@@ -414,6 +437,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, compiling)")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help=f"comma-separated subset of {','.join(VARIANTS)}")
+    parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
+                        help="compute dtype of every variant (and of the GEMM peak)")
     parser.add_argument("--worker", choices=tuple(BUILDERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -431,9 +456,9 @@ def main() -> None:
             print("torch / transformers not importable: skipping the HF variant")
             variants.remove("hf")
     print(f"{os.cpu_count()} CPUs; batch sizes {args.batch_sizes}, seq {SEQ}; {args.warmup} warm-up + "
-          f"{args.steps} timed steps per group; variants: {', '.join(variants)}", flush=True)
+          f"{args.steps} timed steps per group; variants: {', '.join(variants)}; {args.precision}", flush=True)
     results = {batch: measure(batch, variants, args) for batch in args.batch_sizes}
-    report(results, args.batch_sizes)
+    report(results, args.batch_sizes, args.precision)
 
 
 if __name__ == "__main__":
