@@ -31,10 +31,7 @@ class AdamWeightDecayOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& param = ctx->input(0);
     static const char* const kNames[] = {"param", "m", "v", "grad"};
-    for (int i = 1; i < 4; ++i)
-      OP_REQUIRES(ctx, ctx->input(i).shape() == param.shape(),
-                  InvalidArgument(kNames[i], " must have the shape of param, ", param.shape().DebugString(), ", got ",
-                                  ctx->input(i).shape().DebugString()));
+    for (int i = 1; i < 4; ++i) OP_REQUIRES_OK(ctx, CheckShape(ctx->input(i), param.shape(), kNames[i]));
     OP_REQUIRES(ctx, ctx->input(4).NumElements() == 1,
                 InvalidArgument("lr must be a scalar, got ", ctx->input(4).shape().DebugString()));
     Tensor* out[3];

@@ -57,12 +57,9 @@ struct Problem {
     }
   }
 
-  // x[j] *= keep_scale where row i's unit j is kept, 0 where it is dropped: Dropout's multiply by
-  // tf.where(keep, keep_scale, 0), as a product with the mask (no branch: it vectorizes).
+  // Row i of head (b, h) through dropout (no-op without it).
   void Drop(int64_t b, int64_t h, int64_t i, float* x) const {
-    if (keep == nullptr) return;
-    const bool* k = keep + ((b * heads + h) * length + i) * length;
-    for (int64_t j = 0; j < length; ++j) x[j] *= static_cast<float>(k[j]) * keep_scale;
+    ApplyDropout(keep == nullptr ? nullptr : keep + ((b * heads + h) * length + i) * length, keep_scale, length, x);
   }
 };
 

@@ -44,18 +44,20 @@ tensorflow::Status CheckRows(const Tensor& x, const Tensor& vector, const char* 
   return tensorflow::OkStatus();
 }
 
-// Runs block(b, first_row, end_row, partial) for every block of kRowsPerBlock rows, each with its own
-// zeroed `count` x [width] partial sums, and writes their in-order total into `outputs`.
+// Runs work(first_row, end_row, partial) for every block of kRowsPerBlock rows, each with its own
+// zeroed partial sums ([width] per output, one after another), and writes their in-order totals
+// into `outputs` ([width] each).
 template <typename Work>
-void ForBlocksWithColumnSums(OpKernelContext* ctx, int64_t rows, int64_t width, int count, int64_t cost_per_row,
+void ForBlocksWithColumnSums(OpKernelContext* ctx, int64_t rows, int64_t width, int64_t cost_per_row,
                              const std::vector<float*>& outputs, Work work) {
+  const int64_t count = static_cast<int64_t>(outputs.size());
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   std::vector<float> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * count * width), 0.0f);
   ParallelFor(ctx, blocks, cost_per_row * kRowsPerBlock, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
       work(b * kRowsPerBlock, std::min(rows, (b + 1) * kRowsPerBlock), partial.data() + b * count * width);
   });
-  for (int c = 0; c < count; ++c) {
+  for (int64_t c = 0; c < count; ++c) {
     Row total(outputs[c], width);
     total.setZero();
     for (int64_t b = 0; b < blocks; ++b) total += ConstRow(partial.data() + (b * count + c) * width, width);
@@ -112,7 +114,7 @@ class BiasGeluGradOp : public OpKernel {
     const float* in = x.flat<float>().data();
     float* d = dx->flat<float>().data();
     ConstRow b(bias.flat<float>().data(), width);
-    ForBlocksWithColumnSums(ctx, rows, width, 1, 60 * width, {d_bias->flat<float>().data()},
+    ForBlocksWithColumnSums(ctx, rows, width, 60 * width, {d_bias->flat<float>().data()},
                             [&](int64_t begin, int64_t end, float* partial) {
       Eigen::ArrayXf y(width);
       Row sum(partial, width);
@@ -131,13 +133,9 @@ class BiasGeluGradOp : public OpKernel {
 struct Dropout {
   const bool* keep;  // [N, W], or nullptr: no dropout
   float scale;
-  // y * (keep ? scale : 0), as Dropout's multiply by tf.where(keep, scale, 0), as a product with
-  // the mask (no branch: it vectorizes).
+  // Row `row` (of width `width`) through dropout (no-op without it).
   void Apply(int64_t row, int64_t width, Eigen::ArrayXf* y) const {
-    if (keep == nullptr) return;
-    const bool* k = keep + row * width;
-    float* x = y->data();
-    for (int64_t j = 0; j < width; ++j) x[j] *= static_cast<float>(k[j]) * scale;
+    ApplyDropout(keep == nullptr ? nullptr : keep + row * width, scale, width, y->data());
   }
 };
 
@@ -216,19 +214,19 @@ class ResidualLayerNormGradOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckShape(inv_std, TensorShape({rows}), "inv_std"));
     Dropout dropout;
     OP_REQUIRES_OK(ctx, ReadDropout(ctx->input(4), normalized.shape(), keep_scale_, &dropout));
-    Tensor *d_residual = nullptr, *d_y = nullptr, *d_bias = nullptr, *d_gamma = nullptr, *d_beta = nullptr;
+    Tensor *d_residual = nullptr, *d_y = nullptr, *column_sums[3];  // d_bias, d_gamma, d_beta
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, normalized.shape(), &d_residual));
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({1}, 1, normalized.shape(), &d_y));
-    for (int i = 2; i < 5; ++i)
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, gamma.shape(), i == 2 ? &d_bias : i == 3 ? &d_gamma : &d_beta));
+    for (int i = 0; i < 3; ++i) OP_REQUIRES_OK(ctx, ctx->allocate_output(2 + i, gamma.shape(), &column_sums[i]));
     const float *dout = d_out.flat<float>().data(), *n = normalized.flat<float>().data();
     const float* s = inv_std.flat<float>().data();
     float *dres = d_residual->flat<float>().data(), *dy = d_y->flat<float>().data();
     ConstRow g(gamma.flat<float>().data(), width);
     const float inv_width = 1.0f / width;
     ForBlocksWithColumnSums(
-        ctx, rows, width, 3, 16 * width,
-        {d_bias->flat<float>().data(), d_gamma->flat<float>().data(), d_beta->flat<float>().data()},
+        ctx, rows, width, 16 * width,
+        {column_sums[0]->flat<float>().data(), column_sums[1]->flat<float>().data(),
+         column_sums[2]->flat<float>().data()},
         [&](int64_t begin, int64_t end, float* partial) {
           Eigen::ArrayXf upstream(width), norm(width), dx(width);
           Row sum_bias(partial, width), sum_gamma(partial + width, width), sum_beta(partial + 2 * width, width);

@@ -1,5 +1,6 @@
 // What the kernels of electra_tf/cpu_kernels share: TensorFlow's kernel names, a shape check whose
-// error names the input, work split over the op's intra-op threads, and a shape function.
+// error names the input, work split over the op's intra-op threads, dropout by a keep mask, and a
+// shape function.
 
 #ifndef ELECTRA_TF_CPU_KERNELS_KERNEL_UTIL_H_
 #define ELECTRA_TF_CPU_KERNELS_KERNEL_UTIL_H_
@@ -33,6 +34,14 @@ template <typename Work>
 void ParallelFor(OpKernelContext* ctx, int64_t count, int64_t cost_per_item, Work work) {
   auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
   tensorflow::Shard(workers->num_threads, workers->workers, count, cost_per_item, work);
+}
+
+// Dropout on n values: x[j] *= keep_scale where keep[j], 0 where not (Dropout's multiply by
+// tf.where(keep, keep_scale, 0)), as a product with the mask: no branch, so it vectorizes.
+// keep == nullptr means no dropout.
+inline void ApplyDropout(const bool* keep, float keep_scale, int64_t n, float* x) {
+  if (keep == nullptr) return;
+  for (int64_t j = 0; j < n; ++j) x[j] *= static_cast<float>(keep[j]) * keep_scale;
 }
 
 // A shape function giving output i the shape of input inputs[i].
