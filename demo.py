@@ -3,10 +3,15 @@
 1. writes an English corpus from Python's own documentation;
 2. learns a WordPiece vocab from it;
 3. builds pretraining TFRecords with a held-out evaluation set and prints their statistics;
-4. pretrains the `tiny` preset (progress lines, TensorBoard logs, checkpoints, results);
-5. plots generator loss, discriminator loss and accuracy to a PNG;
+4. pretrains the `tiny` preset with the paper's recipe, evaluating on every held-out example
+   every 50 steps (progress lines, TensorBoard logs, checkpoints, results);
+5. prints the held-out learning curve (real-token AUC, generator accuracy, discriminator loss
+   against a constant predictor's) and plots it with the training losses to a PNG;
 6. shows replaced token detection on a held-out example: the generator's replacements and the
-   discriminator's probability of "replaced" for every token.
+   discriminator's probability of "replaced" for every token;
+7. says in plain words what this scale shows and what it cannot.
+`--hparams` overrides any pretraining setting (e.g. '{"temperature": 3.0}'), for experiments
+that are not the paper's recipe.
 The output directory is a `--data-dir` as run_pretraining.py expects (vocab.txt,
 pretrain_tfrecords/, models/tiny/).
 """
@@ -25,6 +30,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, default=4000, help="size of the learned vocab")
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--train-steps", type=int, default=600, help="pretraining steps (batch 32)")
+    parser.add_argument("--hparams", default="{}",
+                        help="pretraining hparams over the demo's (JSON object or .json path), "
+                             "e.g. '{\"temperature\": 3.0}'")
     return parser.parse_args(argv)
 
 
@@ -39,16 +47,16 @@ def main(argv=None) -> int:
     data_dir = Path(args.output_dir)
     try:
         corpus = write_default_corpus(data_dir / "corpus")
-        print(f"[1/6] corpus: {corpus} ({corpus.stat().st_size / 1e6:.2f} MB of Python documentation)")
+        print(f"[1/7] corpus: {corpus} ({corpus.stat().st_size / 1e6:.2f} MB of Python documentation)")
         vocab = build_vocab(VocabOptions(corpus=[str(corpus.parent)], output=str(data_dir / "vocab.txt"),
                                          vocab_size=args.vocab_size, overwrite=True, quiet=True))
-        print(f"[2/6] vocab: {data_dir / 'vocab.txt'} ({vocab['vocab_size']:,} WordPiece tokens, "
+        print(f"[2/7] vocab: {data_dir / 'vocab.txt'} ({vocab['vocab_size']:,} WordPiece tokens, "
               f"learned in {vocab['seconds']:.0f} s)")
         stats = build_pretraining_dataset(BuildOptions(
             corpus_dir=str(corpus.parent), vocab_file=str(data_dir / "vocab.txt"),
             output_dir=str(data_dir / "pretrain_tfrecords"), max_seq_length=args.max_seq_length,
             eval_fraction=0.05, overwrite=True, quiet=True))
-        print(f"[3/6] pretraining data: {data_dir / 'pretrain_tfrecords'}")
+        print(f"[3/7] pretraining data: {data_dir / 'pretrain_tfrecords'}")
         print(demo_report.data_report(stats, data_dir / "pretrain_tfrecords", data_dir / "vocab.txt"))
         pretrain(data_dir, vocab["vocab_size"], args)
     except InputError as error:
@@ -58,37 +66,50 @@ def main(argv=None) -> int:
 
 
 def pretrain(data_dir: Path, vocab_size: int, args) -> None:
-    """Steps 4-6: pretrain the tiny preset, plot its curves, show replaced token detection."""
+    """Steps 4-7: pretrain the tiny preset, show its curves and replaced token detection, sum up."""
     import shutil
 
     from electra_tf.config import PretrainingConfig
+    from electra_tf.hparams import load_hparams
     from electra_tf.rtd_inspection import replaced_token_table
     from electra_tf.tokenization import load_vocab
     from electra_tf.training import pretraining_runner
-    from electra_tf.training.curves import plot_training_curves
+    from electra_tf.training.curves import eval_curve_table, plot_training_curves, read_scalars
+    from electra_tf.training.run_summary import summarize_run
     from pretrain_data.demo_report import held_out_example
     from pretrain_data.input_pipeline import pretraining_dataset_fns
 
     model_dir = data_dir / "models" / "tiny"
-    shutil.rmtree(model_dir, ignore_errors=True)  # the demo trains afresh every time
+    user, _ = load_hparams(args.hparams)
     config = PretrainingConfig.from_hparams("tiny", data_dir, {
         "model_size": "tiny", "vocab_size": vocab_size, "max_seq_length": args.max_seq_length,
         "num_train_steps": args.train_steps, "log_every": 50, "iterations_per_loop": 50,
-        "save_checkpoints_steps": 200, "do_eval": True, "num_eval_steps": 10, "eval_batch_size": 32})
-    print(f"[4/6] pretraining the tiny preset for {config.num_train_steps} steps of {config.train_batch_size} "
+        "save_checkpoints_steps": 200, "do_eval": True, "eval_every_steps": 50, "eval_batch_size": 32,
+        **user})
+    print(f"[4/7] pretraining the tiny preset for {config.num_train_steps} steps of {config.train_batch_size} "
           f"examples into {model_dir} (TensorBoard: tensorboard --logdir {model_dir})")
+    if config.objective not in ("electra", "electra_15"):
+        raise InputError(f"--hparams objective {config.objective!r}: the demo shows replaced token "
+                         "detection, so it needs objective \"electra\" or \"electra_15\"")
+    shutil.rmtree(model_dir, ignore_errors=True)  # the demo trains afresh every time
+    if user:
+        print(f"      settings changed by --hparams (not the paper's recipe): {user}")
     train_fn, eval_fn = pretraining_dataset_fns(config)
     output = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config))
-    results = output.results
-    print(f"held-out evaluation: generator accuracy {results['masked_lm_accuracy']:.3f}, discriminator "
-          f"accuracy {results['disc_accuracy']:.3f}, AUC {results['disc_auc']:.3f} "
-          f"(all metrics: {config.results_json})")
-    png = plot_training_curves(model_dir / "train", model_dir / "training_curves.png")
-    print(f"[5/6] training curves: {png}")
-    print("[6/6] replaced token detection on a held-out example:")
+    print(f"(all metrics: {config.results_json})")
+    print("[5/7] held-out learning curve (every held-out example, same masks at every step):")
+    print(eval_curve_table(model_dir))
+    png = plot_training_curves(model_dir, model_dir / "training_curves.png")
+    print(f"      plotted with the training losses: {png}")
+    print("[6/7] replaced token detection on a held-out example:")
     vocab = load_vocab(config.vocab_file)
     features = held_out_example(config.eval_tfrecords, config.max_seq_length, vocab.index("[SEP]"), max_tokens=40)
     print(replaced_token_table(output.model, vocab, features))
+    first = {tag: points[0][1] for tag, points in read_scalars(model_dir / "eval").items()}
+    disc = config.discriminator_config()
+    scale = (f"{disc.num_hidden_layers} layers, {disc.hidden_size} wide, {config.num_train_steps} steps "
+             f"of {config.train_batch_size} x {config.max_seq_length} tokens")
+    print("[7/7] " + summarize_run(first, output.results, scale))
 
 
 if __name__ == "__main__":

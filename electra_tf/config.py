@@ -111,7 +111,8 @@ class PretrainingConfig(HParams):
     iterations_per_loop: int = 200  # steps per compiled loop
     save_checkpoints_steps: int = 1000
     num_train_steps: int = 1000000
-    num_eval_steps: int = 100
+    num_eval_steps: int = 100  # at most this many held-out batches (the last may be partial)
+    eval_every_steps: int = 0  # with do_train and do_eval: also evaluate every N steps (a curve)
     keep_checkpoint_max: Optional[int] = 5  # 0 or None keeps all
     log_every: int = 100
     init_checkpoint: Optional[str] = None  # weights to start from when model_dir has none
@@ -270,7 +271,8 @@ class PretrainingConfig(HParams):
                      "gradient_accumulation_steps", "num_tpu_cores"):
             _require(getattr(self, name) >= 1, f"{name} {getattr(self, name)} must be at least 1")
         for name in ("num_train_steps", "num_warmup_steps", "two_stage_generator_steps",
-                     "gen_weight", "disc_weight", "weight_decay_rate", "lr_decay_power"):
+                     "gen_weight", "disc_weight", "weight_decay_rate", "lr_decay_power",
+                     "eval_every_steps"):
             _require(getattr(self, name) >= 0, f"{name} {getattr(self, name)} must not be negative")
         for name in ("learning_rate", "temperature", "generator_hidden_size", "generator_layers"):
             _require(getattr(self, name) > 0, f"{name} {getattr(self, name)} must be positive")

@@ -31,5 +31,6 @@ def replaced_token_table(model, vocab, features: Dict[str, tf.Tensor], seed=(7, 
     replaced = fake != original
     caught = (probability > 0.5) == replaced
     rows.append(f"{int(replaced.sum())} of {length} tokens replaced; the discriminator labels "
-                f"{int(caught.sum())} of {length} correctly at threshold 0.5")
+                f"{int(caught.sum())} of {length} correctly at threshold 0.5 (calling every token "
+                f"original would label {length - int(replaced.sum())})")
     return "\n".join(rows)

@@ -2,7 +2,8 @@
 
 Training: shuffle the file list, repeat, interleave the files, shuffle records, batch with
 drop_remainder (static shapes for XLA/TPU), parse the whole batch at once, prefetch. Evaluation:
-files in order, one pass, no shuffling. With an `InputContext` each input pipeline reads its own
+files in order, one pass, no shuffling, and the last partial batch kept, so every held-out
+example is seen. With an `InputContext` each input pipeline reads its own
 files (or, when there are fewer files than pipelines, its own records) and batches
 `global_batch_size / num_replicas` examples.
 
@@ -76,7 +77,7 @@ def make_dataset(patterns: str, max_seq_length: int, global_batch_size: int, is_
         dataset = dataset.shard(num_pipelines, pipeline_id)
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed if deterministic else None)
-    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.batch(batch_size, drop_remainder=is_training)
     dataset = dataset.map(lambda records: parse_examples(records, max_seq_length),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     options = tf.data.Options()

@@ -48,6 +48,8 @@ def test_trains_checkpoints_evaluates_and_resumes(data_dir, capsys):
                  "disc_auc", "disc_accuracy", "disc_precision", "disc_recall"):
         assert 0.0 <= results[name] < 20.0, name
     assert results["global_step"] == 40 and results["eval_batches"] == 4
+    assert results["eval_examples"] == 64  # 4 full batches of 16, num_eval_steps reached
+    assert results["eval_complete"] == 0.0 and "not the whole set" in out
     assert "disc_auc = " in (model_dir / "results" / "unsup_results.txt").read_text()
 
     # the same command with more steps continues from step 40
@@ -140,3 +142,47 @@ def test_bad_overrides_and_batches(data_dir, capsys):
     code, _, err = run(data_dir, "bad4", capsys, eval_tfrecords=str(data_dir / "none*"))
     assert code == 2 and "no TFRecord file matches" in err
     assert not (data_dir / "models" / "bad4").exists()  # refused before anything was written
+
+
+def small_held_out_set(data_dir, path, count: int) -> str:
+    """The first `count` held-out records of the fixture, as one file."""
+    import tensorflow as tf
+    files = sorted(str(p) for p in (data_dir / "pretrain_tfrecords" / "eval").glob("pretrain_data.tfrecord*"))
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in tf.data.TFRecordDataset(files).take(count):
+            writer.write(record.numpy())
+    return str(path)
+
+
+def test_evaluation_covers_every_held_out_example_and_records_a_curve(data_dir, tmp_path, capsys):
+    """A held-out set smaller than eval_batch_size is read whole (the last batch is partial), and
+    eval_every_steps leaves one TensorBoard point per evaluation with the real-token metrics."""
+    from electra_tf.training.curves import read_scalars
+    count = 45  # the demo's held-out set: 45 examples, eval batches of 32 and 13
+    held_out = small_held_out_set(data_dir, tmp_path / "eval.tfrecord", count)
+    code, out, err = run(data_dir, "eval_all", capsys, num_train_steps=20, eval_every_steps=10,
+                         eval_batch_size=32, num_eval_steps=100, eval_tfrecords=held_out)
+    assert code == 0, err
+    results = json.loads((data_dir / "models" / "eval_all" / "results" / "unsup_results.json").read_text())
+    assert results["eval_examples"] == count and results["eval_batches"] == 2 and results["eval_complete"] == 1.0
+    assert re.findall(r"^evaluation at step (\d+): ([\d,]+) held-out examples", out, flags=re.M) == [
+        ("0", f"{count:,}"), ("10", f"{count:,}"), ("20", f"{count:,}")]
+    curve = read_scalars(data_dir / "models" / "eval_all" / "eval")
+    for name in ("disc_auc", "disc_auc_with_padding", "masked_lm_accuracy", "sampled_masked_lm_accuracy",
+                 "disc_loss", "disc_loss_constant_predictor", "eval_examples"):
+        assert [step for step, _ in curve[name]] == [0, 10, 20], name
+        assert name in results, name
+    # an untrained discriminator is at chance over real tokens; padding inflates the original's AUC
+    assert abs(curve["disc_auc"][0][1] - 0.5) < 0.1
+    assert curve["disc_auc_with_padding"][0][1] > curve["disc_auc"][0][1]
+    assert 0.05 < results["replaced_fraction"] < 0.2
+
+
+def test_empty_held_out_set_is_refused_before_training(data_dir, tmp_path, capsys):
+    import tensorflow as tf
+    empty = tmp_path / "empty.tfrecord"
+    tf.io.TFRecordWriter(str(empty)).close()
+    code, out, err = run(data_dir, "empty_eval", capsys, num_train_steps=10, eval_tfrecords=str(empty))
+    assert code == 2 and "evaluation data is empty" in err
+    assert not re.search(r"^step \d+", out, flags=re.M)  # no training step ran
+    assert not list((data_dir / "models" / "empty_eval").glob("ckpt-*"))

@@ -7,8 +7,10 @@
   latest checkpoint (model, optimizer, step, input iterator) or starting from `init_checkpoint`;
   checkpoints every `save_checkpoints_steps`; stops with an error naming the step if the loss
   becomes NaN/Inf (the last good checkpoint stays);
-- evaluates on the held-out data for `num_eval_steps` batches and writes
-  `results/unsup_results.{json,txt}`.
+- evaluates on every held-out example (at most `num_eval_steps` batches, the last one partial),
+  at the end and, with `eval_every_steps`, during training (TensorBoard's `eval` curve), and
+  writes the final metrics to `results/unsup_results.{json,txt}`. A held-out set without an
+  example is refused before training starts.
 
 The datasets come from the caller (`dataset_fn(input_context) -> tf.data.Dataset`), so this core
 module does not depend on how pretraining data is stored.
@@ -82,8 +84,9 @@ class _Training:
             self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight)
             self.eval_metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight)
             self.eval_loss = tf_keras.metrics.Mean("loss")
+            self.eval_examples = tf_keras.metrics.Sum("eval_examples")
         self.base_seed = tf.constant([config.seed, 0], tf.int64)
-        self.loops = {}
+        self.loops = {}  # compiled functions: a training loop per stage, and "eval"
 
     def _seed(self, step) -> tf.Tensor:
         """A per-step, per-replica seed for masking and sampling: resumed runs redraw the same."""
@@ -132,10 +135,10 @@ class _Training:
         self.loops[stage] = loop
         return loop
 
-    def evaluate(self, dataset, num_steps: int) -> Dict[str, float]:
-        """The eight metrics and the loss over `num_steps` held-out batches, dropout off."""
-        for metric in (self.eval_metrics, self.eval_loss):
-            metric.reset_state()
+    def _eval_step(self):
+        """The compiled evaluation step, traced once per batch shape (full and last partial)."""
+        if "eval" in self.loops:
+            return self.loops["eval"]
 
         def replica_eval(features, batch):
             seed = tf.random.experimental.stateless_fold_in(self.base_seed + 1, batch)  # fresh masks per batch
@@ -143,20 +146,50 @@ class _Training:
             output = self.model(features, training=False, seed=tf.random.experimental.stateless_fold_in(seed, replica))
             self.update_metrics(self.eval_metrics, features, output)
             self.eval_loss.update_state(output.loss)
+            self.eval_examples.update_state(tf.cast(tf.shape(features["input_ids"])[0], tf.float32))
 
         @tf.function
         def eval_step(features, batch):
             self.strategy.run(replica_eval, args=(features, batch))
 
-        batches = 0
-        for features in dataset:
+        self.loops["eval"] = eval_step
+        return eval_step
+
+    def evaluate(self, dataset, num_steps: int) -> Dict[str, float]:
+        """The metrics and the loss over the held-out batches (at most `num_steps`), dropout off.
+
+        Every evaluation draws the same masks and samples (seeded by batch index), so the
+        values of successive evaluations are comparable. Adds `eval_examples` (examples seen),
+        `eval_batches` and `eval_complete` (1.0 when the whole held-out set was read).
+        """
+        for metric in (self.eval_metrics, self.eval_loss, self.eval_examples):
+            metric.reset_state()
+        eval_step = self._eval_step()
+        batches, iterator = 0, iter(dataset)
+        for features in iterator:
             eval_step(features, tf.constant(batches, tf.int64))
             batches += 1
             if batches >= num_steps:
                 break
         if batches == 0:
-            raise InputError("evaluation data is empty (check eval_tfrecords and eval_batch_size)")
-        return {"loss": float(self.eval_loss.result()), **self.eval_metrics.result(), "eval_batches": batches}
+            raise InputError("evaluation data is empty (check eval_tfrecords)")
+        complete = batches < num_steps or next(iterator, None) is None
+        return {"loss": float(self.eval_loss.result()), **self.eval_metrics.result(),
+                "eval_examples": int(self.eval_examples.result()), "eval_batches": batches,
+                "eval_complete": float(complete)}
+
+
+def _eval_summary(metrics: Dict[str, float]) -> str:
+    """One line: how much was evaluated, and the headline metrics over real tokens."""
+    seen = (f"{metrics['eval_examples']:,} held-out examples in {metrics['eval_batches']} batches"
+            + ("" if metrics["eval_complete"] else " (stopped at num_eval_steps: not the whole set)"))
+    shown = [f"generator accuracy {metrics['masked_lm_accuracy']:.3f}"]
+    if "disc_auc" in metrics:
+        shown += [f"sample = original {metrics['sampled_masked_lm_accuracy']:.3f}",
+                  f"real-token AUC {metrics['disc_auc']:.3f}",
+                  f"disc_loss {metrics['disc_loss']:.4f} (constant predictor "
+                  f"{metrics['disc_loss_constant_predictor']:.4f})"]
+    return f"{seen}: " + ", ".join(shown)
 
 
 def _stage(config: PretrainingConfig, step: int) -> str:
@@ -170,6 +203,8 @@ def _next_boundary(config: PretrainingConfig, step: int) -> int:
     boundaries = [config.num_train_steps, step + config.iterations_per_loop,
                   (step // config.log_every + 1) * config.log_every,
                   (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps]
+    if config.do_eval and config.eval_every_steps:
+        boundaries.append((step // config.eval_every_steps + 1) * config.eval_every_steps)
     if config.two_stage_generator_steps > step:
         boundaries.append(config.two_stage_generator_steps)
     return min(boundaries)
@@ -200,8 +235,20 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     training = _Training(config, strategy, model, optimizer)
     reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
     results: Dict[str, float] = {}
+    evaluate = None
+    if config.do_eval:
+        _check_eval_data(eval_dataset_fn)
+        eval_dataset = strategy.distribute_datasets_from_function(eval_dataset_fn)
+
+        def evaluate() -> Dict[str, float]:
+            metrics = training.evaluate(eval_dataset, config.num_eval_steps)
+            step = int(optimizer.iterations.numpy())
+            reporter.scalars("eval", step, metrics)
+            print(f"evaluation at step {step}: {_eval_summary(metrics)}", file=reporter.stream, flush=True)
+            return metrics
     if config.do_train:
-        train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter)
+        train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter,
+                            evaluate if config.eval_every_steps else None)
         if math.isfinite(train_loss):  # NaN when the run had already reached num_train_steps
             results["train_loss"] = train_loss
     else:  # evaluation only: the latest checkpoint of the model dir, or init_checkpoint
@@ -211,17 +258,21 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
                              "is set: there is no model to evaluate")
         checkpointing.load_init_checkpoint(source, model, optimizer, reset_step=False)
         print(f"evaluating {checkpointing.resolve_checkpoint(source)}", file=reporter.stream, flush=True)
-    if config.do_eval:
-        dataset = strategy.distribute_datasets_from_function(eval_dataset_fn)
-        metrics = training.evaluate(dataset, config.num_eval_steps)
-        step = int(optimizer.iterations.numpy())
-        reporter.scalars("eval", step, metrics)
-        results.update(metrics)
+    if evaluate is not None:
+        results.update(evaluate())
     results["global_step"] = int(optimizer.iterations.numpy())
     reporter.close()
     if chief:
         write_results(results, config.results_json, config.results_txt)
     return RunOutput(results, model)
+
+
+def _check_eval_data(eval_dataset_fn: DatasetFn) -> None:
+    """Refuses, before any training, a held-out set without a single example."""
+    for _ in eval_dataset_fn(tf.distribute.InputContext()).take(1):
+        return
+    raise InputError("evaluation data is empty: the eval_tfrecords files hold no example "
+                     "(build the data with a held-out share, or set do_eval to false)")
 
 
 def _check_batch_sizes(config: PretrainingConfig, strategy) -> None:
@@ -236,8 +287,12 @@ def _check_batch_sizes(config: PretrainingConfig, strategy) -> None:
 
 
 def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, chief: bool,
-           reporter: Reporter) -> float:
-    """The training loop; returns the mean loss of the last logged interval."""
+           reporter: Reporter, evaluate: Optional[Callable[[], Dict[str, float]]] = None) -> float:
+    """The training loop; returns the mean loss of the last logged interval.
+
+    `evaluate`, if given, runs every `eval_every_steps` steps before the last (which the caller
+    evaluates anyway) and at the step a run starts from, so the curve has its first point.
+    """
     optimizer = training.optimizer
     resolver = getattr(strategy, "cluster_resolver", None)
     worker_id = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
@@ -258,6 +313,8 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
                                                     config.init_checkpoint_reset_step)
         print(f"initialised from {loaded}", file=reporter.stream, flush=True)
     step = logged_step = int(optimizer.iterations.numpy())
+    if evaluate is not None and step == 0:
+        evaluate()
     reporter.start(step)
     last_loss, loss_sum = math.nan, 0.0
     while step < config.num_train_steps:
@@ -280,6 +337,8 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
             training.model.init_discriminator_from_generator()
         if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
             checkpoints.save(step)
+        if evaluate is not None and step % config.eval_every_steps == 0 and step < config.num_train_steps:
+            evaluate()
     return last_loss
 
 
