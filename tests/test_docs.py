@@ -1,7 +1,8 @@
 """The docs cannot drift from the code: every command shown in README.md, docs/*.md and
 benchmarks/RESULTS.md that runs one of the scripts parses with that script's own parser, every
 `--hparams` JSON names only fields of the config it sets, and the hparam and flag tables name
-only real hparams and flags (a flag table lists all of its script's flags)."""
+only real hparams and flags (a flag table lists all of its script's flags), and relative links
+lead to files."""
 
 import argparse
 import dataclasses
@@ -146,3 +147,12 @@ def test_hparam_and_flag_tables_name_real_hparams_and_flags():
                 problems += [f"{where}:{start}: {script} has no flag {flag}" for flag in sorted(shown - real)]
                 problems += [f"{where}:{start}: the {script} table lacks {flag}" for flag in sorted(real - shown)]
     assert not problems, "doc tables that do not match the code:\n" + "\n".join(problems)
+
+
+def test_relative_links_point_at_files():
+    broken = [f"{page.relative_to(REPO)}:{number}: {target}"
+              for page in DOCS
+              for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+              for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", line)
+              if not target.startswith("http") and not (page.parent / target).exists()]
+    assert not broken, "links to missing files:\n" + "\n".join(broken)
