@@ -6,7 +6,7 @@ Flags follow the original release's script; docs/data.md describes the record fo
 import argparse
 import sys
 
-from electra_tf.cli import script_parser
+from electra_tf.cli import add_casing_flags, script_parser
 from electra_tf.errors import InputError
 
 EXAMPLE = ("python build_pretraining_dataset.py --corpus-dir corpus/ --vocab-file data/vocab.txt "
@@ -22,14 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-processes", type=int, default=1, help="parallel jobs, one core each")
     parser.add_argument("--blanks-separate-docs", action=argparse.BooleanOptionalAction, default=True,
                         help="blank lines end a document (lines format)")
-    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
-                        help="lower-case before WordPiece (default: on)")
-    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false",
-                        help="keep the case (a cased vocab; default: off)")
-    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True,
-                        help="drop accents, only together with lower-casing, as the original (default: on)")
-    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false",
-                        help="keep accents (default: off)")
+    add_casing_flags(parser)
     parser.add_argument("--input-format", choices=("lines", "wikiextractor"), default="lines",
                         help="lines: one sentence per line; wikiextractor: <doc> ... </doc> articles")
     parser.add_argument("--split-sentences", action=argparse.BooleanOptionalAction, default=None,

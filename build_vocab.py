@@ -7,7 +7,7 @@ corpus as `x` and `##x`, then the learned subwords. See pretrain_data/vocab_lear
 import argparse
 import sys
 
-from electra_tf.cli import script_parser
+from electra_tf.cli import add_casing_flags, script_parser
 from electra_tf.errors import InputError
 
 EXAMPLE = "python build_vocab.py --corpus-dir corpus/ --output data/vocab.txt --vocab-size 30522"
@@ -25,14 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="maximum number of tokens, reserved ones included (the result is within 5%% below)")
     parser.add_argument("--input-format", choices=("lines", "wikiextractor"), default="lines",
                         help="lines: plain text; wikiextractor: <doc> ... </doc> articles")
-    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
-                        help="lower-case, as the tokenizer that will use the vocab (default: on)")
-    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false",
-                        help="keep the case (a cased vocab; default: off)")
-    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True,
-                        help="drop accents (only when lower-casing, as the tokenizer; default: on)")
-    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false",
-                        help="keep accents (default: off)")
+    add_casing_flags(parser)  # as the tokenizer that will use the vocab
     parser.add_argument("--num-unused", type=int, default=0, help="[unused0].. tokens reserved after [MASK]")
     parser.add_argument("--max-unique-chars", type=int, default=1000,
                         help="alphabet cap: rarer characters are left out and words holding them become [UNK]")

@@ -1,5 +1,6 @@
-"""What the command-line scripts share: their `--help` layout, the `run_*.py` scripts' three flags,
-the TensorFlow runtime setting they make before any tensor exists, and how errors become exit codes.
+"""What the command-line scripts share: their `--help` layout, common flags (the `run_*.py`
+scripts' three, the casing pairs), the TensorFlow runtime setting they make before any tensor
+exists, and how errors become exit codes.
 
 Nothing here imports TensorFlow: the scripts parse their arguments first and import it afterwards,
 so `--help` is instant and silent."""
@@ -38,6 +39,18 @@ def run_parser(doc: str, data_dir_help: str, model_name_help: str, example: str)
     run.add_argument("--model-name", required=True, help=model_name_help)
     run.add_argument("--hparams", default="{}", help="JSON object, or a path ending in .json")
     return run
+
+
+def add_casing_flags(parser: argparse.ArgumentParser) -> None:
+    """The tokenizer's casing as flag pairs, as the original's scripts spell them (both on by default)."""
+    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
+                        help="lower-case before WordPiece (default: on)")
+    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false",
+                        help="keep the case (a cased vocab; default: off)")
+    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True,
+                        help="drop accents, only together with lower-casing, as the tokenizer (default: on)")
+    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false",
+                        help="keep accents (default: off)")
 
 
 def use_pooled_cpu_allocator() -> None:
