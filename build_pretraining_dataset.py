@@ -1,16 +1,20 @@
 """Raw text -> sharded ELECTRA pretraining TFRecords (input_ids, input_mask, segment_ids).
 
-Flags follow the original release's script; see README.md for the data format and packing.
+Flags follow the original release's script; docs/data.md describes the record format and packing.
 """
 
 import argparse
 import sys
 
+from electra_tf.cli import add_casing_flags, script_parser
 from electra_tf.errors import InputError
 
+EXAMPLE = ("python build_pretraining_dataset.py --corpus-dir corpus/ --vocab-file data/vocab.txt "
+           "--output-dir data/pretrain_tfrecords --eval-fraction 0.01")
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__, EXAMPLE)
     parser.add_argument("--corpus-dir", required=True, help="directory of raw text files (searched recursively)")
     parser.add_argument("--vocab-file", required=True, help="WordPiece vocab, one token per line")
     parser.add_argument("--output-dir", required=True, help="where the TFRecords and stats.json go")
@@ -18,10 +22,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-processes", type=int, default=1, help="parallel jobs, one core each")
     parser.add_argument("--blanks-separate-docs", action=argparse.BooleanOptionalAction, default=True,
                         help="blank lines end a document (lines format)")
-    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True)
-    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false")
-    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True)
-    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false")
+    add_casing_flags(parser)
     parser.add_argument("--input-format", choices=("lines", "wikiextractor"), default="lines",
                         help="lines: one sentence per line; wikiextractor: <doc> ... </doc> articles")
     parser.add_argument("--split-sentences", action=argparse.BooleanOptionalAction, default=None,
@@ -33,7 +34,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=12345, help="seed of the packing randomness")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> int:

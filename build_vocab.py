@@ -1,37 +1,43 @@
 """Learn a BERT-format WordPiece vocab.txt from raw text, split into words exactly as ELECTRA's tokenizer does.
 
 Output: [PAD] (id 0), [UNK] [CLS] [SEP] [MASK], optional [unused0].., then every character of the
-corpus as `x` and `##x`, then the learned subwords. See pretrain_data/vocab_learning.py.
+corpus as `x` and `##x`, then the learned subwords. See pretrain_data/vocab_learning.py and docs/data.md.
 """
 
 import argparse
 import sys
 
+from electra_tf.cli import add_casing_flags, script_parser
 from electra_tf.errors import InputError
 
+EXAMPLE = "python build_vocab.py --corpus-dir corpus/ --output data/vocab.txt --vocab-size 30522"
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__, EXAMPLE)
     corpus = parser.add_mutually_exclusive_group(required=True)
-    corpus.add_argument("--corpus-dir", help="directory of raw text files (searched recursively)")
-    corpus.add_argument("--corpus", nargs="+", help="raw text files and/or directories")
+    corpus.add_argument("--corpus-dir",
+                        help="directory of raw text files, searched recursively (required unless --corpus)")
+    corpus.add_argument("--corpus", nargs="+",
+                        help="raw text files and/or directories (required unless --corpus-dir)")
     parser.add_argument("--output", required=True, help="vocab file to write, one token per line")
     parser.add_argument("--vocab-size", type=int, default=30522,
                         help="maximum number of tokens, reserved ones included (the result is within 5%% below)")
     parser.add_argument("--input-format", choices=("lines", "wikiextractor"), default="lines",
                         help="lines: plain text; wikiextractor: <doc> ... </doc> articles")
-    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True)
-    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false")
-    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True,
-                        help="drop accents (only when lower-casing, as the tokenizer)")
-    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false")
+    add_casing_flags(parser)  # as the tokenizer that will use the vocab
     parser.add_argument("--num-unused", type=int, default=0, help="[unused0].. tokens reserved after [MASK]")
     parser.add_argument("--max-unique-chars", type=int, default=1000,
                         help="alphabet cap: rarer characters are left out and words holding them become [UNK]")
-    parser.add_argument("--max-lines", type=int, default=None, help="learn from the first N lines only")
+    parser.add_argument("--max-lines", type=int, default=None,
+                        help="learn from the first N lines only (default: all)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
 """Convert ELECTRA checkpoints between the original release, this project, HF transformers and
-SavedModel (issue #5).
+SavedModel (docs/checkpoints.md).
 
     python convert_checkpoint.py from-original --checkpoint PATH --output-dir D/models/M
     python convert_checkpoint.py to-original   --model-dir D/models/M --output-dir OUT
@@ -19,15 +19,27 @@ import argparse
 import sys
 from pathlib import Path
 
+from electra_tf.cli import HelpFormatter, script_parser
 from electra_tf.errors import InputError
 
+# One example per subcommand, shown by its --help (the first also by the top-level --help).
+EXAMPLES = {
+    "from-original": "python convert_checkpoint.py from-original --checkpoint downloads/electra_small "
+                     "--output-dir data/models/electra_small",
+    "to-original": "python convert_checkpoint.py to-original --model-dir data/models/my_small --output-dir out/tf1",
+    "to-hf": "python convert_checkpoint.py to-hf --model-dir data/models/my_small --output-dir out/hf",
+    "from-hf": "python convert_checkpoint.py from-hf --hf-dir out/hf --output-dir data/models/from_hf",
+    "saved-model": "python convert_checkpoint.py saved-model --model-dir data/models/my_small --output-dir out/served",
+}
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__, EXAMPLES["from-original"])
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name, help_text, source, source_help):
-        sub = commands.add_parser(name, help=help_text)
+        sub = commands.add_parser(name, help=help_text, description=help_text,
+                                  epilog=f"example:\n  {EXAMPLES[name]}", formatter_class=HelpFormatter)
         sub.add_argument(source, required=True, help=source_help)
         sub.add_argument("--output-dir", required=True, help="created; must not exist unless --overwrite")
         sub.add_argument("--overwrite", action="store_true", help="replace an existing output dir")
@@ -38,9 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
             "--hf-dir", "HF dir: discriminator and/or generator (or both as subdirs)")
         sub = command(name, f"import into a model dir ({name[5:]} format)", *source)
         sub.add_argument("--hparams", default=None,
-                         help="architecture as JSON or a .json path; default: inferred from the weights")
+                         help="architecture as JSON or a .json path (default: inferred from the weights)")
         if name == "from-original":
-            sub.add_argument("--vocab-file", default=None, help="default: vocab.txt beside the checkpoint")
+            sub.add_argument("--vocab-file", default=None, help="the vocab (default: vocab.txt beside the checkpoint)")
     model_dir_help = "a model dir written by run_pretraining.py (its latest checkpoint is used)"
     command("to-original", "export to the original release's TF1 naming", "--model-dir", model_dir_help)
     command("to-hf", "export to HF transformers dirs", "--model-dir", model_dir_help)
@@ -48,7 +60,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
                      "finetuning_models/<tasks>_model_<trial>")
     served.add_argument("--task", default=None, help="fine-tuned dirs: the task to serve (default: the run's only one)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> int:

@@ -20,20 +20,26 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import use_pooled_cpu_allocator
+from electra_tf.cli import script_parser, use_pooled_cpu_allocator
 from electra_tf.errors import InputError
 
+EXAMPLE = "python demo.py --output-dir demo_output --train-steps 600"
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__, EXAMPLE)
     parser.add_argument("--output-dir", default="demo_output", help="the demo's data directory")
-    parser.add_argument("--vocab-size", type=int, default=4000, help="size of the learned vocab")
-    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--vocab-size", type=int, default=4000, help="maximum size of the learned vocab")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="tokens per example")
     parser.add_argument("--train-steps", type=int, default=600, help="pretraining steps (batch 32)")
     parser.add_argument("--hparams", default="{}",
                         help="pretraining hparams over the demo's (JSON object or .json path), "
-                             "e.g. '{\"temperature\": 3.0}'")
-    return parser.parse_args(argv)
+                             "e.g. '{\"temperature\": 3.0}': not the paper's recipe")
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> int:

@@ -8,17 +8,25 @@ finetuning_data/chunk/{train,test}.txt (CoNLL-2000; dev.txt optional, else the l
 the pretrained model: DATA_DIR/models/NAME. Fine-tuned models go to DATA_DIR/models/NAME/finetuning_models/,
 scores to DATA_DIR/models/NAME/results/<tasks>_results.{json,txt}, SQuAD answers and official scores to
 results/<tasks>_qa/<task>_{preds,null_odds,eval}.json and, with "write_test_outputs": true, GLUE-server
-files to DATA_DIR/models/NAME/results/glue_test/.
+files to DATA_DIR/models/NAME/results/glue_test/. Every hparam: docs/finetuning.md.
 """
 
+import argparse
 import sys
 
-from electra_tf.cli import exit_code, run_arguments, use_pooled_cpu_allocator
+from electra_tf.cli import exit_code, run_parser, use_pooled_cpu_allocator
+
+EXAMPLE = ("python run_finetuning.py --data-dir data --model-name my_small "
+           """--hparams '{"task_names": ["mrpc"], "num_trials": 3}'""")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return run_parser(__doc__, "holds finetuning_data/ and models/",
+                      "the pretrained model: DATA_DIR/models/NAME", EXAMPLE)
 
 
 def main(argv=None) -> int:
-    args = run_arguments(__doc__, "holds finetuning_data/ and models/",
-                         "the pretrained model: DATA_DIR/models/NAME", argv)
+    args = build_parser().parse_args(argv)
     use_pooled_cpu_allocator()
     from finetune.config import FinetuningConfig
     from finetune.runner import run

@@ -4,17 +4,24 @@
 
 DATA_DIR holds vocab.txt and pretrain_tfrecords/ (from build_pretraining_dataset.py); the model,
 its checkpoints, TensorBoard logs and results go to DATA_DIR/models/NAME. Re-running the same
-command resumes from the latest checkpoint.
+command resumes from the latest checkpoint. Every hparam: docs/pretraining.md.
 """
 
+import argparse
 import sys
 
-from electra_tf.cli import exit_code, run_arguments, use_pooled_cpu_allocator
+from electra_tf.cli import exit_code, run_parser, use_pooled_cpu_allocator
+
+EXAMPLE = """python run_pretraining.py --data-dir data --model-name my_small --hparams '{"model_size": "small"}'"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return run_parser(__doc__, "holds vocab.txt, pretrain_tfrecords/ and models/",
+                      "the run's name: DATA_DIR/models/NAME", EXAMPLE)
 
 
 def main(argv=None) -> int:
-    args = run_arguments(__doc__, "holds vocab.txt, pretrain_tfrecords/ and models/",
-                         "the run's name: DATA_DIR/models/NAME", argv)
+    args = build_parser().parse_args(argv)
     use_pooled_cpu_allocator()
     from electra_tf.config import PretrainingConfig
     from electra_tf.training import pretraining_runner

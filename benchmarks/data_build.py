@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SHARED = REPO.parent / "shared" / "data"
 
+from electra_tf.cli import script_parser  # noqa: E402
+
 
 def _one_thread():
     import tensorflow as tf
@@ -76,12 +78,17 @@ def run_baseline(options, files, out_dir):
     return sum(r[0] for r in results), max(r[1] for r in results)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus-dir", default=str(SHARED / "corpus" / "enwiki_2015_wikiextractor" / "AA"))
-    parser.add_argument("--vocab-file", default=str(SHARED / "vocab" / "vocab.txt"))
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__, ".venv/bin/python benchmarks/data_build.py --files 16")
+    parser.add_argument("--corpus-dir", default=str(SHARED / "corpus" / "enwiki_2015_wikiextractor" / "AA"),
+                        help="WikiExtractor files to take the slice from")
+    parser.add_argument("--vocab-file", default=str(SHARED / "vocab" / "vocab.txt"), help="WordPiece vocab")
     parser.add_argument("--files", type=int, default=16, help="corpus files in the slice (about 1 MB each)")
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = build_parser().parse_args()
     _one_thread()
     from pretrain_data.build import BuildOptions, build_pretraining_dataset
     from pretrain_data.corpus import list_corpus_files

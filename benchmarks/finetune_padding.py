@@ -11,25 +11,28 @@ model and the defaults it runs in about a minute on 2 CPU cores.
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from finetune.config import FinetuningConfig  # noqa: E402
-from finetune.data import load_task_data, make_tokenizer  # noqa: E402
-from finetune.inputs import train_batches  # noqa: E402
-from finetune.runner import Trial  # noqa: E402
+from electra_tf.cli import script_parser  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = REPO.parent / "shared" / "data"
 WARMUP_STEPS = 3
 
 
-def measure(config: FinetuningConfig, data, steps: int) -> tuple:
-    """(examples per second, mean padded length) over `steps` timed training steps."""
+def measure(config, data, steps: int) -> tuple:
+    """(examples per second, mean padded length) over `steps` timed training steps of a
+    FinetuningConfig's model on its TaskData."""
+    from finetune.inputs import train_batches
+    from finetune.runner import Trial
     trial = Trial(config, data, 1, None)
     train_step = trial.compile_train_step(steps + WARMUP_STEPS)
     batches = list(train_batches(data.train, config.train_batch_size, steps + WARMUP_STEPS,
@@ -45,16 +48,23 @@ def measure(config: FinetuningConfig, data, steps: int) -> tuple:
     return steps * config.train_batch_size / elapsed, float(np.mean(lengths))
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__, ".venv/bin/python benchmarks/finetune_padding.py --task mrpc")
     parser.add_argument("--task", default="sst", help="a GLUE task with a train.tsv in --glue-dir")
-    parser.add_argument("--glue-dir", default=str(SHARED / "glue"))
-    parser.add_argument("--vocab-file", default=str(SHARED / "vocab" / "vocab.txt"))
-    parser.add_argument("--model-size", default="tiny")
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=60)
-    args = parser.parse_args(argv)
+    parser.add_argument("--glue-dir", default=str(SHARED / "glue"), help="GLUE task folders")
+    parser.add_argument("--vocab-file", default=str(SHARED / "vocab" / "vocab.txt"), help="WordPiece vocab")
+    parser.add_argument("--model-size", default="tiny", help="a model_size preset, randomly initialised")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="the fixed padding length")
+    parser.add_argument("--batch-size", type=int, default=32, help="examples per step")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per padding mode")
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    from finetune.config import FinetuningConfig
+    from finetune.data import load_task_data, make_tokenizer
+
     with tempfile.TemporaryDirectory() as scratch:
         hparams = dict(task_names=[args.task], model_size=args.model_size, raw_data_dir=args.glue_dir,
                        vocab_file=args.vocab_file, random_init=True, do_eval=False,

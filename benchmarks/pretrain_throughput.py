@@ -52,6 +52,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from electra_tf.cli import script_parser  # noqa: E402
+
 SEQ, VOCAB, PREDICTIONS = 128, 30522, 19
 DISC = dict(hidden=256, layers=12, heads=4, ffn=1024)
 GEN = dict(hidden=64, layers=12, heads=1, ffn=256)
@@ -430,9 +432,10 @@ def report(results: dict, batch_sizes, precision: str = "float32") -> None:
             print("  ".join(summary))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/pretrain_throughput.py "
+                           "--batch-sizes 32 --steps 8 --variants ours,mg,mg_pooled,ours_unfused,hf")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128], help="one group per batch size")
     parser.add_argument("--steps", type=int, default=3, help="timed steps (rounds) of each group")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, compiling)")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
@@ -440,6 +443,11 @@ def main() -> None:
     parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
                         help="compute dtype of every variant (and of the GEMM peak)")
     parser.add_argument("--worker", choices=tuple(BUILDERS), help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     if args.worker:
         serve(args.worker, args.batch_sizes[0], args.warmup)

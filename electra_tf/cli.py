@@ -1,5 +1,9 @@
-"""What the `run_*.py` scripts share: their three flags, the TensorFlow runtime setting they make
-before any tensor exists, and how errors become exit codes."""
+"""What the command-line scripts share: their `--help` layout, common flags (the `run_*.py`
+scripts' three, the casing pairs), the TensorFlow runtime setting they make before any tensor
+exists, and how errors become exit codes.
+
+Nothing here imports TensorFlow: the scripts parse their arguments first and import it afterwards,
+so `--help` is instant and silent."""
 
 import argparse
 import os
@@ -9,13 +13,44 @@ from typing import Callable
 from electra_tf.errors import InputError
 
 
-def run_arguments(doc: str, data_dir_help: str, model_name_help: str, argv=None) -> argparse.Namespace:
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` that keeps the docstring's layout and ends each option's text with its default,
+    or "(required)"; an option whose text already says what its default is is left as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.required:
+            return f"{text} (required)".strip()
+        if "default" in text or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
+def script_parser(doc: str, example: str, **kwargs) -> argparse.ArgumentParser:
+    """An ArgumentParser with `doc` as its description and one example command as its epilog."""
+    return argparse.ArgumentParser(description=doc, epilog=f"example:\n  {example}",
+                                   formatter_class=HelpFormatter, **kwargs)
+
+
+def run_parser(doc: str, data_dir_help: str, model_name_help: str, example: str) -> argparse.ArgumentParser:
     """`--data-dir`, `--model-name` and `--hparams` (a JSON object or a .json path), as the original."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", required=True, help=data_dir_help)
-    parser.add_argument("--model-name", required=True, help=model_name_help)
-    parser.add_argument("--hparams", default="{}", help="JSON object, or a path ending in .json")
-    return parser.parse_args(argv)
+    run = script_parser(doc, example)
+    run.add_argument("--data-dir", required=True, help=data_dir_help)
+    run.add_argument("--model-name", required=True, help=model_name_help)
+    run.add_argument("--hparams", default="{}", help="JSON object, or a path ending in .json")
+    return run
+
+
+def add_casing_flags(parser: argparse.ArgumentParser) -> None:
+    """The tokenizer's casing as flag pairs, as the original's scripts spell them (both on by default)."""
+    parser.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
+                        help="lower-case before WordPiece (default: on)")
+    parser.add_argument("--no-lower-case", dest="do_lower_case", action="store_false",
+                        help="keep the case (a cased vocab; default: off)")
+    parser.add_argument("--do-strip-accents", dest="do_strip_accents", action="store_true", default=True,
+                        help="drop accents, only together with lower-casing, as the tokenizer (default: on)")
+    parser.add_argument("--no-strip-accents", dest="do_strip_accents", action="store_false",
+                        help="keep accents (default: off)")
 
 
 def use_pooled_cpu_allocator() -> None:

@@ -32,7 +32,7 @@ from finetune.inputs import eval_batches, pad_batch, steps_per_epoch, train_batc
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
 from finetune.results import format_table, write_results
-from finetune.test_predictions import GLUE_TEST_DIR, write_server_file
+from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
 
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
 BEST = "best"  # the best epoch's checkpoint (keep_best_model)

@@ -8,7 +8,8 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.modeling.dropout import Dropout
-from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON, gelu, layer_norm, narrowing_matmul
+from electra_tf.modeling.layer_utils import (LAYER_NORM_EPSILON, gelu, layer_norm,
+                                             matmul_transposed_kernel_grad)
 
 
 def _value_and_grads(fn, inputs, upstream):
@@ -32,11 +33,11 @@ def test_gelu_equals_tf_exact_gelu_with_the_same_gradient():
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float16])
-def test_narrowing_matmul_equals_matmul_with_the_same_gradients(dtype):
+def test_matmul_transposed_kernel_grad_equals_matmul_with_the_same_gradients(dtype):
     x = tf.cast(tf.random.stateless_normal([96, 64], [3, 4]), dtype)  # [N, K]
     kernel = tf.cast(tf.random.stateless_normal([64, 16], [5, 6]), dtype)  # [K, M], K > M
     upstream = tf.cast(tf.random.stateless_normal([96, 16], [7, 8]), dtype)
-    ours, ours_grads = _value_and_grads(narrowing_matmul, [x, kernel], upstream)
+    ours, ours_grads = _value_and_grads(matmul_transposed_kernel_grad, [x, kernel], upstream)
     ref, ref_grads = _value_and_grads(tf.matmul, [x, kernel], upstream)
     tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == tf.float32 else dict(rtol=1e-2, atol=1e-2)
     np.testing.assert_array_equal(ours.numpy(), ref.numpy())

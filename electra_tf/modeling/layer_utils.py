@@ -32,7 +32,7 @@ def gelu(x: tf.Tensor):
 
 
 @tf.custom_gradient
-def narrowing_matmul(x: tf.Tensor, kernel: tf.Tensor):
+def matmul_transposed_kernel_grad(x: tf.Tensor, kernel: tf.Tensor):
     """x [N, K] @ kernel [K, M] for a layer that narrows (K > M, the FFN output F → H).
 
     Its kernel gradient x^T·dy is computed as (dy^T·x)^T: on CPU oneDNN runs the [M, K]-shaped

@@ -28,8 +28,8 @@ from electra_tf import cpu_kernels
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.embeddings import Embeddings
-from electra_tf.modeling.layer_utils import (build_in_scope, get_activation, layer_norm, narrowing_matmul,
-                                             truncated_normal)
+from electra_tf.modeling.layer_utils import (build_in_scope, get_activation, layer_norm,
+                                             matmul_transposed_kernel_grad, truncated_normal)
 
 # Added to the attention scores of padding positions, as the original (not -inf: softmax stays finite).
 MASK_ADDER = -10000.0
@@ -104,7 +104,8 @@ class TransformerBlock(tf_keras.layers.Layer):
 
     attention → attention/output/dense → dropout → LayerNorm(· + x)
     → intermediate/dense (hidden_act) → output/dense → dropout → LayerNorm(· + ·).
-    output/dense holds its variables but runs as `narrowing_matmul` + bias (a faster kernel gradient).
+    output/dense holds its variables but runs as `matmul_transposed_kernel_grad` + bias (a faster
+    kernel gradient).
     Where `cpu_kernels.usable`, each bias + dropout + residual + LayerNorm and the bias + GELU run
     as fused CPU kernels after plain matmuls (same math, same dropout masks).
     """
@@ -144,7 +145,7 @@ class TransformerBlock(tf_keras.layers.Layer):
         x = self.attention_layer_norm(self.dropout(attended, training=training) + x)
         intermediate = self.intermediate_dense(x)  # [B*L, F]
         kernel = tf.convert_to_tensor(self.output_dense.kernel)  # [F, H]
-        out = tf.nn.bias_add(narrowing_matmul(intermediate, kernel), self.output_dense.bias)
+        out = tf.nn.bias_add(matmul_transposed_kernel_grad(intermediate, kernel), self.output_dense.bias)
         out = self.dropout(out, training=training)  # [B*L, H]
         return self.output_layer_norm(out + x)
 
@@ -157,7 +158,8 @@ class TransformerBlock(tf_keras.layers.Layer):
                                                  tf.convert_to_tensor(self.intermediate_dense.bias))  # [B*L, F]
         else:
             intermediate = self.intermediate_dense(x)
-        out = narrowing_matmul(intermediate, tf.convert_to_tensor(self.output_dense.kernel))  # [B*L, H]
+        kernel = tf.convert_to_tensor(self.output_dense.kernel)
+        out = matmul_transposed_kernel_grad(intermediate, kernel)  # [B*L, H]
         return self._residual_layer_norm(out, self.output_dense.bias, x, self.output_layer_norm, training)
 
     def _residual_layer_norm(self, y, bias, residual, norm, training: bool):
