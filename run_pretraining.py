@@ -9,22 +9,25 @@ command resumes from the latest checkpoint.
 
 import sys
 
-from electra_tf.cli import exit_code, run_arguments, use_pooled_cpu_allocator
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, run_arguments, use_pooled_cpu_allocator
 
 
 def main(argv=None) -> int:
     args = run_arguments(__doc__, "holds vocab.txt, pretrain_tfrecords/ and models/",
                          "the run's name: DATA_DIR/models/NAME", argv)
+    quiet_tensorflow_logs()
     use_pooled_cpu_allocator()
     from electra_tf.config import PretrainingConfig
     from electra_tf.training import pretraining_runner
-    from pretrain_data.input_pipeline import check_pretraining_data, pretraining_dataset_fns
+    from pretrain_data.input_pipeline import (check_pretraining_data, locate_damaged_training_data,
+                                              pretraining_dataset_fns)
 
     def job():
         config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
         check_pretraining_data(config)
         train_fn, eval_fn = pretraining_dataset_fns(config)
-        results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config)).results
+        results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config),
+                                         check_data=lambda: locate_damaged_training_data(config)).results
         print("results: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in sorted(results.items())))
 

@@ -4,9 +4,10 @@
 - prepares the model dir: the effective config is written as `config.json`; a config whose
   architecture differs from the one already there is refused instead of silently mixed;
 - trains `num_train_steps` steps, `iterations_per_loop` steps per compiled call, resuming from the
-  latest checkpoint (model, optimizer, step, input iterator) or starting from `init_checkpoint`;
-  checkpoints every `save_checkpoints_steps`; stops with an error naming the step if the loss
-  becomes NaN/Inf (the last good checkpoint stays);
+  newest intact checkpoint (model, optimizer, step, input iterator) or starting from
+  `init_checkpoint`; checkpoints every `save_checkpoints_steps`; stops with an error naming the step
+  if the loss becomes NaN/Inf (the last good checkpoint stays), with one naming the file if the
+  data is damaged, and after a checkpoint on SIGTERM / SIGINT;
 - evaluates on the held-out data for `num_eval_steps` batches and writes
   `results/unsup_results.{json,txt}`.
 
@@ -15,7 +16,9 @@ module does not depend on how pretraining data is stored.
 """
 
 import math
+import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional
 
@@ -24,12 +27,12 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.errors import InputError
+from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
 from electra_tf.optimization import create_optimizer
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
-from electra_tf.training import checkpointing, distribution
+from electra_tf.training import checkpointing, distribution, interruption
 from electra_tf.training.reporting import Reporter, write_results
 from electra_tf.training.train_step import make_train_step
 
@@ -50,7 +53,7 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
     model_dir = Path(config.model_dir)
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
-        probe = model_dir / ".write_test"
+        probe = model_dir / f".write_test_{os.getpid()}"  # one per worker process: they share the dir
         probe.write_text("")
         probe.unlink()
     except OSError as error:
@@ -181,8 +184,11 @@ class RunOutput(NamedTuple):
 
 
 def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_dataset_fn: Optional[DatasetFn],
-        special_ids: Dict[str, int], stream=None) -> RunOutput:
-    """Trains and/or evaluates as the config says; returns the final metrics and the model."""
+        special_ids: Dict[str, int], stream=None, check_data: Optional[Callable[[], None]] = None) -> RunOutput:
+    """Trains and/or evaluates as the config says; returns the final metrics and the model.
+
+    `check_data`, called when the training data turns out damaged mid-run, raises an InputError
+    naming the damaged file."""
     distribution.set_determinism(config.seed, config.deterministic)
     distribution.set_precision(config.precision)
     strategy = distribution.create_strategy(config.strategy, config.tpu_name, config.tpu_zone, config.gcp_project)
@@ -201,7 +207,7 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
     results: Dict[str, float] = {}
     if config.do_train:
-        train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter)
+        train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter, check_data)
         if math.isfinite(train_loss):  # NaN when the run had already reached num_train_steps
             results["train_loss"] = train_loss
     else:  # evaluation only: the latest checkpoint of the model dir, or init_checkpoint
@@ -236,8 +242,10 @@ def _check_batch_sizes(config: PretrainingConfig, strategy) -> None:
 
 
 def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, chief: bool,
-           reporter: Reporter) -> float:
-    """The training loop; returns the mean loss of the last logged interval."""
+           reporter: Reporter, check_data: Optional[Callable[[], None]] = None) -> float:
+    """The training loop; returns the mean loss of the last logged interval. SIGTERM / SIGINT end it
+    with a checkpoint at the next loop boundary (`interruption`); damaged input data and a lost
+    worker end it with one error naming the cause (`_run_loop`)."""
     optimizer = training.optimizer
     resolver = getattr(strategy, "cluster_resolver", None)
     worker_id = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
@@ -250,7 +258,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     checkpoints = checkpointing.Checkpoints(model_dir, chief, worker_id, config.keep_checkpoint_max,
                                             model=training.model, optimizer=optimizer, iterator=iterator,
                                             dropout_generators=generators)
-    restored = checkpoints.restore_latest(model_dir)
+    restored = checkpoints.restore_latest(lambda line: print(line, file=reporter.stream, flush=True))
     if restored:
         print(f"resuming from {restored}", file=reporter.stream, flush=True)
     elif config.init_checkpoint:
@@ -260,27 +268,97 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     step = logged_step = int(optimizer.iterations.numpy())
     reporter.start(step)
     last_loss, loss_sum = math.nan, 0.0
-    while step < config.num_train_steps:
-        stage = _stage(config, step)
-        num_steps = _next_boundary(config, step) - step
-        loss = float(training.train_loop(stage)(iterator, tf.constant(num_steps)))
-        if not np.isfinite(loss):
-            raise FloatingPointError(
-                f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
-                f"The last good checkpoint is {checkpoints.latest or 'none (no checkpoint yet)'}")
-        loss_sum += loss * num_steps
-        step += num_steps
-        if step % config.log_every == 0 or step == config.num_train_steps:
-            last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
-            logged_step = step
-            reporter.train_progress(step, last_loss, training.metrics.result(),
-                                    float(_learning_rate(optimizer)))
-            training.metrics.reset_state()
-        if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
-            training.model.init_discriminator_from_generator()
-        if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
-            checkpoints.save(step)
+    interrupt = interruption.Interruption(reporter.stream)
+    preemption = _preemption_handler(strategy, checkpoints, interrupt) if num_workers > 1 else None
+    with interrupt:
+        while step < config.num_train_steps:
+            stage = _stage(config, step)
+            num_steps = _next_boundary(config, step) - step
+            loss = _run_loop(training.train_loop(stage), iterator, num_steps, checkpoints, num_workers, check_data)
+            if not np.isfinite(loss):
+                raise FloatingPointError(
+                    f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
+                    f"The last good checkpoint is {checkpoints.latest or 'none (no checkpoint yet)'}")
+            loss_sum += loss * num_steps
+            step += num_steps
+            if step % config.log_every == 0 or step == config.num_train_steps:
+                last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
+                logged_step = step
+                reporter.train_progress(step, last_loss, training.metrics.result(),
+                                        float(_learning_rate(optimizer)))
+                training.metrics.reset_state()
+            if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
+                training.model.init_discriminator_from_generator()
+            if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
+                checkpoints.save(step)
+            if preemption is not None:  # every worker, at every boundary: TF agrees on the step to save
+                preemption.save_checkpoint_if_preempted(step=step)
+            elif interrupt.requested:
+                raise interrupt.stop(step, checkpoints.save(step))
     return last_loss
+
+
+def _run_loop(loop, iterator, num_steps: int, checkpoints: checkpointing.Checkpoints, num_workers: int,
+              check_data: Optional[Callable[[], None]]) -> float:
+    """Runs one compiled loop of `num_steps` steps; returns its mean loss.
+
+    The reader's DataLossError (a TFRecord cut short or damaged after the start-up check) becomes an
+    InputError naming the file, found by `check_data`. Under multi-worker training, a peer that
+    died or became unreachable aborts the collectives (TensorFlow notices a closed connection at
+    once, a silent peer through the coordination service's heartbeat); that becomes one error."""
+    try:
+        return float(loop(iterator, tf.constant(num_steps)))
+    except tf.errors.DataLossError as error:
+        if check_data is not None:
+            check_data()  # raises InputError naming the damaged file
+        raise InputError(f"the training data is damaged ({_first_line(error)}); rebuild or re-copy it. "
+                         f"The last checkpoint is {checkpoints.latest or 'none'}") from None
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,
+            tf.errors.CancelledError) as error:
+        if num_workers == 1:
+            raise
+        raise WorkerLost(f"another worker of the cluster stopped or became unreachable ({_first_line(error)}). "
+                         f"Restart all {num_workers} workers to resume from the last checkpoint, "
+                         f"{checkpoints.latest or 'none yet'}") from None
+
+
+def _first_line(error: tf.errors.OpError) -> str:
+    """The gist of a TensorFlow runtime error, without the node and op names around it."""
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    kept = [i for i, line in enumerate(lines)
+            if not line.startswith(("Graph execution error", "Detected at node", "File ", "{{function_node"))]
+    if not kept:
+        return lines[0] if lines else type(error).__name__
+    gist = lines[kept[0]]
+    if gist.endswith(":") and kept[0] + 1 < len(lines):  # "tasks are unhealthy ...:" and then which
+        gist += " " + lines[kept[0] + 1]
+    return gist.split("}} ")[-1].split(" [Op:")[0].split(" [[")[0]
+
+
+def _preemption_handler(strategy, checkpoints: checkpointing.Checkpoints, interrupt: interruption.Interruption):
+    """TensorFlow's `PreemptionCheckpointHandler` for a multi-worker run: when any worker is
+    signalled, every worker saves at the same step and stops.
+
+    It saves through `checkpoints.save` (the chief into the model dir) and stops by raising
+    `TrainingInterrupted`. It installs its SIGTERM handler itself; `interrupt` calls that one for
+    SIGTERM and SIGINT, and SIGTERM's previous handler is put back, so that outside training SIGTERM
+    ends the process as usual."""
+    saved = {}
+
+    def save(step):
+        checkpoints.save(step)
+        saved["step"] = step
+
+    def stop():
+        raise interrupt.stop(saved["step"], checkpoints.latest)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, checkpoints.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=stop, save_fn=save))
+    interrupt.notify = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, previous)
+    return handler
 
 
 def _learning_rate(optimizer) -> tf.Tensor:
