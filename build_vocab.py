@@ -7,6 +7,7 @@ corpus as `x` and `##x`, then the learned subwords. See pretrain_data/vocab_lear
 import argparse
 import sys
 
+from electra_tf.cli import quiet_tensorflow_logs
 from electra_tf.errors import InputError
 
 
@@ -36,6 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    quiet_tensorflow_logs()
     from pretrain_data.vocab_learning import VocabOptions, build_vocab
     options = vars(args)
     corpus_dir = options.pop("corpus_dir")

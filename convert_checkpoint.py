@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from electra_tf.cli import quiet_tensorflow_logs
 from electra_tf.errors import InputError
 
 
@@ -53,6 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    quiet_tensorflow_logs()
     from electra_tf.checkpoints import convert, saved_model
     try:
         if args.command == "from-original":

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import use_pooled_cpu_allocator
+from electra_tf.cli import quiet_tensorflow_logs, use_pooled_cpu_allocator
 from electra_tf.errors import InputError
 
 
@@ -30,6 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    quiet_tensorflow_logs()
     use_pooled_cpu_allocator()
     from pretrain_data import demo_report
     from pretrain_data.build import BuildOptions, build_pretraining_dataset

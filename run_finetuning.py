@@ -13,12 +13,13 @@ files to DATA_DIR/models/NAME/results/glue_test/.
 
 import sys
 
-from electra_tf.cli import exit_code, run_arguments, use_pooled_cpu_allocator
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, run_arguments, use_pooled_cpu_allocator
 
 
 def main(argv=None) -> int:
     args = run_arguments(__doc__, "holds finetuning_data/ and models/",
                          "the pretrained model: DATA_DIR/models/NAME", argv)
+    quiet_tensorflow_logs()
     use_pooled_cpu_allocator()
     from finetune.config import FinetuningConfig
     from finetune.runner import run
