@@ -24,10 +24,10 @@ def main(argv=None) -> int:
 
     def job():
         config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
-        check_pretraining_data(config)
         train_fn, eval_fn = pretraining_dataset_fns(config)
         results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config),
-                                         check_data=lambda: locate_damaged_training_data(config)).results
+                                         check_data=lambda: check_pretraining_data(config),
+                                         locate_damage=lambda: locate_damaged_training_data(config)).results
         print("results: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in sorted(results.items())))
 

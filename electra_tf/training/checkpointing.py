@@ -73,6 +73,10 @@ class Checkpoints:
                                                   max_to_keep=self.keep_checkpoint_max or None)
         return restored
 
+    def path(self, step: int) -> str:
+        """Where the chief saves the checkpoint of `step`."""
+        return str(self.model_dir / f"ckpt-{step}")
+
     def save(self, step: int) -> str:
         """Saves the state at `step` (once: a second call for the same step does nothing)."""
         if step == self.saved_step:

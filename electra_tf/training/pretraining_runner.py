@@ -184,14 +184,18 @@ class RunOutput(NamedTuple):
 
 
 def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_dataset_fn: Optional[DatasetFn],
-        special_ids: Dict[str, int], stream=None, check_data: Optional[Callable[[], None]] = None) -> RunOutput:
+        special_ids: Dict[str, int], stream=None, check_data: Optional[Callable[[], None]] = None,
+        locate_damage: Optional[Callable[[], None]] = None) -> RunOutput:
     """Trains and/or evaluates as the config says; returns the final metrics and the model.
 
-    `check_data`, called when the training data turns out damaged mid-run, raises an InputError
-    naming the damaged file."""
+    `check_data` checks the input files before anything is written (after the strategy exists: a
+    multi-worker strategy must be made before TensorFlow runs anything); `locate_damage`, called
+    when the training data turns out damaged mid-run, raises an InputError naming the file."""
     distribution.set_determinism(config.seed, config.deterministic)
     distribution.set_precision(config.precision)
     strategy = distribution.create_strategy(config.strategy, config.tpu_name, config.tpu_zone, config.gcp_project)
+    if check_data is not None:
+        check_data()
     chief = distribution.is_chief(strategy)
     model_dir = prepare_model_dir(config, chief)
     with strategy.scope():
@@ -207,7 +211,7 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
     results: Dict[str, float] = {}
     if config.do_train:
-        train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter, check_data)
+        train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter, locate_damage)
         if math.isfinite(train_loss):  # NaN when the run had already reached num_train_steps
             results["train_loss"] = train_loss
     else:  # evaluation only: the latest checkpoint of the model dir, or init_checkpoint
@@ -242,7 +246,7 @@ def _check_batch_sizes(config: PretrainingConfig, strategy) -> None:
 
 
 def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, chief: bool,
-           reporter: Reporter, check_data: Optional[Callable[[], None]] = None) -> float:
+           reporter: Reporter, locate_damage: Optional[Callable[[], None]] = None) -> float:
     """The training loop; returns the mean loss of the last logged interval. SIGTERM / SIGINT end it
     with a checkpoint at the next loop boundary (`interruption`); damaged input data and a lost
     worker end it with one error naming the cause (`_run_loop`)."""
@@ -274,7 +278,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
         while step < config.num_train_steps:
             stage = _stage(config, step)
             num_steps = _next_boundary(config, step) - step
-            loss = _run_loop(training.train_loop(stage), iterator, num_steps, checkpoints, num_workers, check_data)
+            loss = _run_loop(training.train_loop(stage), iterator, num_steps, checkpoints, num_workers, locate_damage)
             if not np.isfinite(loss):
                 raise FloatingPointError(
                     f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
@@ -292,25 +296,25 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
             if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
                 checkpoints.save(step)
             if preemption is not None:  # every worker, at every boundary: TF agrees on the step to save
-                preemption.save_checkpoint_if_preempted(step=step)
+                _quietly(preemption.save_checkpoint_if_preempted, step=step)
             elif interrupt.requested:
                 raise interrupt.stop(step, checkpoints.save(step))
     return last_loss
 
 
 def _run_loop(loop, iterator, num_steps: int, checkpoints: checkpointing.Checkpoints, num_workers: int,
-              check_data: Optional[Callable[[], None]]) -> float:
+              locate_damage: Optional[Callable[[], None]]) -> float:
     """Runs one compiled loop of `num_steps` steps; returns its mean loss.
 
     The reader's DataLossError (a TFRecord cut short or damaged after the start-up check) becomes an
-    InputError naming the file, found by `check_data`. Under multi-worker training, a peer that
+    InputError naming the file, found by `locate_damage`. Under multi-worker training, a peer that
     died or became unreachable aborts the collectives (TensorFlow notices a closed connection at
     once, a silent peer through the coordination service's heartbeat); that becomes one error."""
     try:
         return float(loop(iterator, tf.constant(num_steps)))
     except tf.errors.DataLossError as error:
-        if check_data is not None:
-            check_data()  # raises InputError naming the damaged file
+        if locate_damage is not None:
+            locate_damage()  # raises InputError naming the damaged file
         raise InputError(f"the training data is damaged ({_first_line(error)}); rebuild or re-copy it. "
                          f"The last checkpoint is {checkpoints.latest or 'none'}") from None
     except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,
@@ -335,6 +339,18 @@ def _first_line(error: tf.errors.OpError) -> str:
     return gist.split("}} ")[-1].split(" [Op:")[0].split(" [[")[0]
 
 
+def _quietly(function, **kwargs):
+    """Calls `function` with TensorFlow's Python warnings off: the preemption handler warns that its
+    own `total_run_calls`, which it calls when it saves, is deprecated."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        return function(**kwargs)
+    finally:
+        logger.setLevel(level)
+
+
 def _preemption_handler(strategy, checkpoints: checkpointing.Checkpoints, interrupt: interruption.Interruption):
     """TensorFlow's `PreemptionCheckpointHandler` for a multi-worker run: when any worker is
     signalled, every worker saves at the same step and stops.
@@ -350,7 +366,7 @@ def _preemption_handler(strategy, checkpoints: checkpointing.Checkpoints, interr
         saved["step"] = step
 
     def stop():
-        raise interrupt.stop(saved["step"], checkpoints.latest)
+        raise interrupt.stop(saved["step"], checkpoints.path(saved["step"]))
 
     previous = signal.getsignal(signal.SIGTERM)
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
