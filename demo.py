@@ -15,8 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import quiet_tensorflow_logs, use_pooled_cpu_allocator
-from electra_tf.errors import InputError
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, use_pooled_cpu_allocator
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,7 +37,8 @@ def main(argv=None) -> int:
     from pretrain_data.vocab_learning import VocabOptions, build_vocab
 
     data_dir = Path(args.output_dir)
-    try:
+
+    def job():
         corpus = write_default_corpus(data_dir / "corpus")
         print(f"[1/6] corpus: {corpus} ({corpus.stat().st_size / 1e6:.2f} MB of Python documentation)")
         vocab = build_vocab(VocabOptions(corpus=[str(corpus.parent)], output=str(data_dir / "vocab.txt"),
@@ -52,10 +52,8 @@ def main(argv=None) -> int:
         print(f"[3/6] pretraining data: {data_dir / 'pretrain_tfrecords'}")
         print(demo_report.data_report(stats, data_dir / "pretrain_tfrecords", data_dir / "vocab.txt"))
         pretrain(data_dir, vocab["vocab_size"], args)
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+
+    return exit_code(job)
 
 
 def pretrain(data_dir: Path, vocab_size: int, args) -> None:

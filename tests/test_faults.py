@@ -18,8 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -28,16 +26,8 @@ import run_pretraining
 from electra_tf.errors import InputError
 from finetune import squad
 from pretrain_data import records
-
-REPO = Path(__file__).resolve().parents[1]
+from process_helpers import REPO, pretraining_hparams as hparams, signal_when
 TF_CPP_LINE = re.compile(r"^[IWE]\d{4} |cuInit|absl::InitializeLog", re.M)  # TensorFlow's C++ log lines
-
-
-def hparams(**values):
-    base = dict(model_size="tiny", max_seq_length=64, train_batch_size=16, num_train_steps=20, num_warmup_steps=5,
-                learning_rate=2e-3, save_checkpoints_steps=10, log_every=10, iterations_per_loop=5, do_eval=False)
-    base.update(values)
-    return json.dumps(base)
 
 
 def pretrain(data_dir, name, capsys, **values):
@@ -124,22 +114,8 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(pretraining_dat
                hparams(num_train_steps=100000, save_checkpoints_steps=1000, log_every=5)]
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_CONFIG")}
     env["PYTHONPATH"] = str(REPO)
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 300
-        while not any(line.startswith("step 10/") for line in lines) and process.poll() is None:
-            assert time.monotonic() < deadline, "no progress line"
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        err = process.communicate(timeout=300)[1]
-    finally:
-        process.kill()
-    reader.join(timeout=10)
-    out = "".join(lines)
-    assert process.returncode == 128 + signal.SIGTERM, out + err
+    code, out, err = signal_when(command, env, lambda line: line.startswith("step 10/"), signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, out + err
     assert "received SIGTERM: saving a checkpoint" in out
     stopped = re.search(r"^stopped: training stopped by SIGTERM at step (\d+); the checkpoint is (\S+)\. "
                         r"Run the same command again to resume$", err, flags=re.M)

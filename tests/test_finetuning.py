@@ -6,11 +6,7 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,8 +24,8 @@ from finetune.data import load_task_data, make_tokenizer
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
 from finetune.runner import Trial
+from process_helpers import REPO, signal_when
 
-REPO = Path(__file__).resolve().parents[1]
 TASK_FOLDERS = ("MRPC", "CoLA", "STS-B")
 BASE = dict(model_size="tiny", max_seq_length=32, train_batch_size=16, eval_batch_size=64, max_examples=48,
             num_train_epochs=1.0, iterations_per_loop=2, learning_rate=1e-3)
@@ -214,23 +210,10 @@ def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir
     values = {**BASE, "task_names": ["mrpc"], "max_examples": 480, "keep_all_models": True}  # 60 steps
     command = [sys.executable, str(REPO / "run_finetuning.py"), "--data-dir", str(data_dir), "--model-name", "tiny",
                "--hparams", json.dumps(values)]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 300
-        while not any(line.startswith("[trial 1]") and " loss " in line for line in lines) and process.poll() is None:
-            assert time.monotonic() < deadline, "no progress line"
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        err = process.communicate(timeout=300)[1]
-    finally:
-        process.kill()
-    reader.join(timeout=10)
+    code, out, err = signal_when(command, dict(os.environ, PYTHONPATH=str(REPO)),
+                                 lambda line: line.startswith("[trial 1]") and " loss " in line, signal.SIGTERM)
     model_dir = data_dir / "models" / "tiny" / "finetuning_models" / "mrpc_model_1"
-    assert process.returncode == 128 + signal.SIGTERM, "".join(lines) + err
+    assert code == 128 + signal.SIGTERM, out + err
     stopped = re.search(rf"^stopped: training stopped by SIGTERM at step (\d+); the checkpoint is "
                         rf"{re.escape(str(model_dir / 'interrupted'))}\. Run the same command again to resume$",
                         err, flags=re.M)

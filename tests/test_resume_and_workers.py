@@ -17,21 +17,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-REPO = Path(__file__).resolve().parents[1]
+from process_helpers import REPO, pretraining_hparams
+
 WORKER = REPO / "tests" / "scripts" / "pretrain_worker.py"
 
 
 def hparams(**values):
-    base = dict(model_size="tiny", max_seq_length=64, train_batch_size=16, num_train_steps=60,
-                num_warmup_steps=5, learning_rate=2e-3, save_checkpoints_steps=10, log_every=10,
-                iterations_per_loop=5, deterministic=True, do_eval=False)
-    base.update(values)
-    return json.dumps(base)
+    return pretraining_hparams(**{"num_train_steps": 60, "deterministic": True, **values})
 
 
 def environment(**extra):

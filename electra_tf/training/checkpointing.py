@@ -38,7 +38,8 @@ class Checkpoints:
 
     @property
     def latest(self) -> Optional[str]:
-        return tf.train.latest_checkpoint(str(self.directory)) if self.chief else None
+        """The model dir's newest checkpoint (the chief's, also seen from the other workers)."""
+        return tf.train.latest_checkpoint(str(self.model_dir))
 
     def restore_latest(self, report: Callable[[str], None]) -> Optional[str]:
         """Restores the newest intact checkpoint of the model dir (every worker reads the chief's).
