@@ -174,16 +174,15 @@ def read_examples(path, v2: bool, max_examples: Optional[int] = None, training: 
     question whose answer cannot be found is skipped and the count goes to `log`; otherwise it is
     an error."""
     unfindable: List[str] = []
-    answerable = [0]
-    examples = list(itertools.islice(_questions(path, v2, training, unfindable, answerable), max_examples))
+    examples = list(itertools.islice(_questions(path, v2, training, unfindable), max_examples))
     if unfindable:
-        _check_unfindable(path, unfindable, answerable[0], log)
+        _check_unfindable(path, unfindable, len(unfindable) + sum(bool(e.answers) for e in examples), log)
     if not examples:
         raise InputError(f"{path}: holds no questions")
     return examples
 
 
-def _questions(path, v2: bool, training: bool, unfindable: List[str], answerable: List[int]) -> Iterator[Example]:
+def _questions(path, v2: bool, training: bool, unfindable: List[str]) -> Iterator[Example]:
     """The examples of `read_examples`, one by one; skipped questions go to `unfindable`."""
     eid = 0
     for article_index, article in enumerate(load_dataset(path)):
@@ -207,7 +206,6 @@ def _questions(path, v2: bool, training: bool, unfindable: List[str], answerable
                 if is_impossible:
                     example.answer_text = ""
                 elif labelled:
-                    answerable[0] += 1
                     try:
                         example.answers = _answers(qa, paragraph, where)
                     except UnfindableAnswer as error:

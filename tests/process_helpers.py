@@ -24,17 +24,21 @@ def signal_when(command: List[str], env: dict, ready: Callable[[str], bool], sig
     """Runs `command`, sends it `signum` once `ready(stdout line)` holds for a line, waits for it to
     end; returns (exit code, stdout, stderr). The process is killed if anything fails on the way."""
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: List[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
-    reader.start()
+    out: List[str] = []
+    err: List[str] = []
+    readers = [threading.Thread(target=lines.extend, args=(stream,), daemon=True)
+               for lines, stream in ((out, process.stdout), (err, process.stderr))]
+    for reader in readers:
+        reader.start()
     try:
         deadline = time.monotonic() + timeout
-        while not any(map(ready, list(lines))) and process.poll() is None:
-            assert time.monotonic() < deadline, "never ready: " + "".join(lines)[-2000:]
+        while not any(map(ready, list(out))) and process.poll() is None:
+            assert time.monotonic() < deadline, "never ready: " + "".join(out)[-2000:]
             time.sleep(0.05)
         process.send_signal(signum)
-        err = process.communicate(timeout=timeout)[1]
+        process.wait(timeout=timeout)
     finally:
         process.kill()
-    reader.join(timeout=10)
-    return process.returncode, "".join(lines), err
+    for reader in readers:
+        reader.join(timeout=10)
+    return process.returncode, "".join(out), "".join(err)
