@@ -6,7 +6,7 @@ Flags follow the original release's script; docs/data.md describes the record fo
 import argparse
 import sys
 
-from electra_tf.cli import add_casing_flags, script_parser
+from electra_tf.cli import add_casing_flags, quiet_tensorflow_logs, script_parser
 from electra_tf.errors import InputError
 
 EXAMPLE = ("python build_pretraining_dataset.py --corpus-dir corpus/ --vocab-file data/vocab.txt "
@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=12345, help="seed of the packing randomness")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--strict-utf8", action="store_true",
+                        help="fail on invalid UTF-8, naming file and line (default: drop the bad bytes, as the "
+                             "original did, and count them per file in the summary and stats.json)")
     return parser
 
 
@@ -43,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from pretrain_data.build import BuildOptions, build_pretraining_dataset
+    quiet_tensorflow_logs()
+    from pretrain_data.build import BuildOptions, build_pretraining_dataset, invalid_utf8_summary
     try:
         stats = build_pretraining_dataset(BuildOptions(**vars(args)))
     except InputError as error:
@@ -53,6 +57,9 @@ def main(argv=None) -> int:
     print(f"wrote {train['examples']:,} examples ({train['tokens']:,} tokens) in {stats['num_out_files']} "
           f"shards to {args.output_dir}; eval examples: {stats['eval']['examples']:,}; "
           f"{stats['megabytes_per_second']:.2f} MB/s; statistics in stats.json")
+    utf8 = invalid_utf8_summary(stats)
+    if utf8:
+        print(utf8)
     return 0
 
 

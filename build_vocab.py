@@ -7,7 +7,7 @@ corpus as `x` and `##x`, then the learned subwords. See pretrain_data/vocab_lear
 import argparse
 import sys
 
-from electra_tf.cli import add_casing_flags, script_parser
+from electra_tf.cli import add_casing_flags, quiet_tensorflow_logs, script_parser
 from electra_tf.errors import InputError
 
 EXAMPLE = "python build_vocab.py --corpus-dir corpus/ --output data/vocab.txt --vocab-size 30522"
@@ -42,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    quiet_tensorflow_logs()
     from pretrain_data.vocab_learning import VocabOptions, build_vocab
     options = vars(args)
     corpus_dir = options.pop("corpus_dir")

@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import HelpFormatter, script_parser
+from electra_tf.cli import HelpFormatter, quiet_tensorflow_logs, script_parser
 from electra_tf.errors import InputError
 
 # One example per subcommand, shown by its --help (the first also by the top-level --help).
@@ -69,6 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    quiet_tensorflow_logs()
     from electra_tf.checkpoints import convert, saved_model
     try:
         if args.command == "from-original":

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import script_parser, use_pooled_cpu_allocator
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, script_parser, use_pooled_cpu_allocator
 from electra_tf.errors import InputError
 
 EXAMPLE = "python demo.py --output-dir demo_output --train-steps 600"
@@ -44,6 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    quiet_tensorflow_logs()
     use_pooled_cpu_allocator()
     from pretrain_data import demo_report
     from pretrain_data.build import BuildOptions, build_pretraining_dataset
@@ -51,7 +52,8 @@ def main(argv=None) -> int:
     from pretrain_data.vocab_learning import VocabOptions, build_vocab
 
     data_dir = Path(args.output_dir)
-    try:
+
+    def job():
         corpus = write_default_corpus(data_dir / "corpus")
         print(f"[1/7] corpus: {corpus} ({corpus.stat().st_size / 1e6:.2f} MB of Python documentation)")
         vocab = build_vocab(VocabOptions(corpus=[str(corpus.parent)], output=str(data_dir / "vocab.txt"),
@@ -65,10 +67,8 @@ def main(argv=None) -> int:
         print(f"[3/7] pretraining data: {data_dir / 'pretrain_tfrecords'}")
         print(demo_report.data_report(stats, data_dir / "pretrain_tfrecords", data_dir / "vocab.txt"))
         pretrain(data_dir, vocab["vocab_size"], args)
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+
+    return exit_code(job)
 
 
 def pretrain(data_dir: Path, vocab_size: int, args) -> None:

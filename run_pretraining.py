@@ -10,7 +10,7 @@ command resumes from the latest checkpoint. Every hparam: docs/pretraining.md.
 import argparse
 import sys
 
-from electra_tf.cli import exit_code, run_parser, use_pooled_cpu_allocator
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, run_parser, use_pooled_cpu_allocator
 
 EXAMPLE = """python run_pretraining.py --data-dir data --model-name my_small --hparams '{"model_size": "small"}'"""
 
@@ -22,16 +22,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_tensorflow_logs()
     use_pooled_cpu_allocator()
     from electra_tf.config import PretrainingConfig
     from electra_tf.training import pretraining_runner
-    from pretrain_data.input_pipeline import check_pretraining_data, pretraining_dataset_fns
+    from pretrain_data.input_pipeline import (check_pretraining_data, locate_damaged_training_data,
+                                              pretraining_dataset_fns)
 
     def job():
         config = PretrainingConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
-        check_pretraining_data(config)
         train_fn, eval_fn = pretraining_dataset_fns(config)
-        results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config)).results
+        results = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config),
+                                         check_data=lambda: check_pretraining_data(config),
+                                         locate_damage=lambda: locate_damaged_training_data(config)).results
         print("results: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in sorted(results.items())))
 

@@ -1,16 +1,22 @@
 """What the command-line scripts share: their `--help` layout, common flags (the `run_*.py`
-scripts' three, the casing pairs), the TensorFlow runtime setting they make before any tensor
-exists, and how errors become exit codes.
+scripts' three, the casing pairs), the TensorFlow settings they make before TensorFlow is
+imported or allocates (quiet logs without a GPU, the pooled allocator), and how errors become
+exit codes.
 
-Nothing here imports TensorFlow: the scripts parse their arguments first and import it afterwards,
-so `--help` is instant and silent."""
+Nothing here imports TensorFlow at import time: the scripts parse their arguments first and import
+it afterwards, so `--help` is instant and silent."""
 
 import argparse
+import ctypes
+import mmap
 import os
+import re
+import shutil
+import signal
 import sys
 from typing import Callable
 
-from electra_tf.errors import InputError
+from electra_tf.errors import InputError, TrainingInterrupted, WorkerLost
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -63,15 +69,50 @@ def use_pooled_cpu_allocator() -> None:
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 
+def quiet_tensorflow_logs() -> None:
+    """Hides TensorFlow's C++ INFO and WARNING lines, and on a machine without an NVIDIA GPU also
+    its ERROR lines, unless the user set `TF_CPP_MIN_LOG_LEVEL`; then imports TensorFlow.
+
+    Without a GPU, importing TensorFlow prints an ERROR line, `failed call to cuInit: ... UNKNOWN
+    ERROR (303)`, that users read as a failure; level 3 hides it. Where a driver is present
+    (/proc/driver/nvidia, or nvidia-smi on the PATH) the level is 2, so that a real GPU problem stays
+    visible. TensorFlow reads the variable when it is first imported, so call this before that (and
+    after parsing the flags: `--help` stays fast). Some of TensorFlow's libraries (XLA's `Compiled
+    cluster using XLA!`) log through Abseil, which ignores the variable: its minimum level is set
+    to match through Abseil's `SetMinLogLevel` in TensorFlow's own library."""
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        return
+    has_nvidia = os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi") is not None
+    level = 2 if has_nvidia else 3
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = str(level)
+    import tensorflow as tf
+    library = os.path.join(tf.sysconfig.get_lib(), "libtensorflow_framework.so.2")
+    try:  # the symbol's name carries Abseil's release, so it is looked up in the library's symbol table
+        with open(library, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            end = data.find(b"14SetMinLogLevelENS0_18LogSeverityAtLeastE")
+            symbol = re.fullmatch(rb"_ZN4absl12lts_\d+", data[data.rfind(b"_ZN4absl", max(end - 40, 0), end):end])
+        if end > 0 and symbol is not None:  # Abseil's severities: 2 error, 3 fatal
+            ctypes.CDLL(library)[symbol.group().decode() + "14SetMinLogLevelENS0_18LogSeverityAtLeastE"](level)
+    except (OSError, ValueError, AttributeError):
+        pass  # another build of TensorFlow: its Abseil lines stay
+
+
 def exit_code(job: Callable[[], None]) -> int:
-    """Runs `job`: 0 when it ends, 2 on bad input, 1 when the loss diverged (the last good
-    checkpoint is kept); an error is one line on stderr."""
+    """Runs `job`: 0 when it ends, 2 on bad input, 1 when the loss diverged or another worker was
+    lost (the last good checkpoint is kept), 128 + the signal's number when SIGTERM or SIGINT stopped training (after
+    a checkpoint; 130 for a second Ctrl-C, without one); an error is one line on stderr."""
     try:
         job()
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except FloatingPointError as error:
+    except TrainingInterrupted as stop:
+        print(f"stopped: {stop}", file=sys.stderr)
+        return stop.exit_status
+    except KeyboardInterrupt:
+        print("stopped by Ctrl-C, without saving", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except (FloatingPointError, WorkerLost) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -112,14 +112,16 @@ def epoch_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator
 
 
 def train_batches(features: Features, batch_size: int, num_steps: int, rng: np.random.Generator,
-                  dynamic: bool, max_seq_length: int, make_batch=pad_batch) -> Iterator[dict]:
-    """`num_steps` training batches, epoch after epoch (made by `make_batch`, a task's own for
-    SQuAD and chunking)."""
+                  dynamic: bool, max_seq_length: int, make_batch=pad_batch, start: int = 0) -> Iterator[dict]:
+    """Training batches `start + 1` .. `num_steps`, epoch after epoch (made by `make_batch`, a task's
+    own for SQuAD and chunking). The first `start` are drawn from `rng` but not made, so a resumed
+    run gets the batches it would have had."""
     lengths = features.lengths
     produced = 0
     while produced < num_steps:
         for indices in epoch_batches(lengths, batch_size, rng, dynamic)[:num_steps - produced]:
-            yield make_batch(features, indices, None if dynamic else max_seq_length)
+            if produced >= start:
+                yield make_batch(features, indices, None if dynamic else max_seq_length)
             produced += 1
 
 

@@ -7,8 +7,13 @@ shared `electra_tf.training.train_step.make_train_step`, evaluates every epoch, 
 to `finetuning_models/<tasks>_model_<trial>/finetuned` (beside the run's config and vocab, which
 `finetune.saved_model` exports from), and optionally writes GLUE-server test files from the trial
 with the best dev score so far. Results are rewritten after every trial.
+
+SIGTERM or SIGINT stops a trial at the next step with a checkpoint of its model, optimizer and step
+(`interrupted`, with `interrupted.json`) in its model dir; running the same command again skips
+the finished trials (their scores are in the results file) and resumes that trial at that step.
 """
 
+import json
 import math
 import shutil
 import sys
@@ -23,6 +28,7 @@ from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer
 from electra_tf.progress import Progress
 from electra_tf.training.distribution import set_determinism
+from electra_tf.training.interruption import Interruption
 from electra_tf.training.train_step import make_train_step
 from finetune import scorers
 from finetune.config import FinetuningConfig
@@ -36,6 +42,7 @@ from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
 
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
 BEST = "best"  # the best epoch's checkpoint (keep_best_model)
+INTERRUPTED = "interrupted"  # a trial stopped by a signal: its checkpoint, and `interrupted.json` (step, scores)
 RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
 BATCH_SPEC = {"input_ids": tf.TensorSpec([None, None], tf.int32), "input_mask": tf.TensorSpec([None, None], tf.int32),
               "segment_ids": tf.TensorSpec([None, None], tf.int32), "task_id": tf.TensorSpec([None], tf.int32),
@@ -141,6 +148,7 @@ class Trial:
             outputs = model(batch, training=True)
             return model.loss(batch, outputs, config.loss_reduction), outputs
 
+        self.optimizer = optimizer
         step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn)
         return tf.function(lambda batch: step_fn(batch), input_signature=[self.batch_spec])
 
@@ -154,38 +162,71 @@ class Trial:
                              f"num_train_epochs {config.num_train_epochs} give no training step")
         train_step = self.compile_train_step(num_steps)
         progress = Progress(num_steps, "train", " steps", stream=self.stream)
-        shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
-        self.model_dir.mkdir(parents=True)
-        self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab, what an export needs
-        shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
-        scores, best, loss_sum, logged = None, -math.inf, 0.0, 0
+        resumed = self._resume_state()
+        if resumed is None:
+            shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
+            self.model_dir.mkdir(parents=True)
+            self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab, what an export needs
+            shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
+        state = resumed or {"step": 0, "scores": None, "best": -math.inf, "best_scores": None}
+        scores, best, best_scores, start = state["scores"], state["best"], state["best_scores"], state["step"]
+        loss_sum, logged = 0.0, start
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
-                                config.max_seq_length, self.make_batch)
-        for step, batch in enumerate(batches, start=1):
-            loss = float(train_step(batch))
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
-            loss_sum += loss
-            progress.done = step
-            if step % config.iterations_per_loop == 0 or step == num_steps:
-                self.log(f"{progress.line()} loss {loss_sum / (step - logged):.4f}")
-                loss_sum, logged = 0.0, step
-            if step % config.save_checkpoints_steps == 0:
-                self.checkpoint.write(str(self.model_dir / FINETUNED))
-            if self.data.dev and (step == num_steps or (config.evaluate_every_epoch and step % per_epoch == 0)):
-                scores = self.evaluate()
-                epoch = step / per_epoch
-                self.log(f"epoch {epoch:.2f} dev: " + "; ".join(
-                    f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
-                if config.keep_best_model and main_score(scores) > best:
-                    best, best_scores = main_score(scores), scores
-                    self.checkpoint.write(str(self.model_dir / BEST))
+                                config.max_seq_length, self.make_batch, start=start)
+        with Interruption(self.stream) as interrupt:
+            for step, batch in enumerate(batches, start=start + 1):
+                loss = float(train_step(batch))
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
+                loss_sum += loss
+                progress.done = step
+                if step % config.iterations_per_loop == 0 or step == num_steps:
+                    self.log(f"{progress.line()} loss {loss_sum / (step - logged):.4f}")
+                    loss_sum, logged = 0.0, step
+                if step % config.save_checkpoints_steps == 0:
+                    self.checkpoint.write(str(self.model_dir / FINETUNED))
+                if self.data.dev and (step == num_steps or (config.evaluate_every_epoch and step % per_epoch == 0)):
+                    scores = self.evaluate()
+                    epoch = step / per_epoch
+                    self.log(f"epoch {epoch:.2f} dev: " + "; ".join(
+                        f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
+                    if config.keep_best_model and main_score(scores) > best:
+                        best, best_scores = main_score(scores), scores
+                        self.checkpoint.write(str(self.model_dir / BEST))
+                if interrupt.requested and step < num_steps:
+                    saved = self._save_interrupted(dict(step=step, scores=scores, best=best, best_scores=best_scores))
+                    raise interrupt.stop(step, saved)
+        (self.model_dir / f"{INTERRUPTED}.json").unlink(missing_ok=True)
         if config.keep_best_model and self.data.dev:
             self.checkpoint.read(str(self.model_dir / BEST)).assert_existing_objects_matched()
             self.log(f"kept the best epoch (dev score {best:.2f})")
             scores = best_scores
         self.checkpoint.write(str(self.model_dir / FINETUNED))
         return scores
+
+    def _training_state(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(finetuning_model=self.model, optimizer=self.optimizer)
+
+    def _save_interrupted(self, state: dict) -> str:
+        """Saves model, optimizer and `state` (step, dev scores so far) for `_resume_state`."""
+        path = self._training_state().write(str(self.model_dir / INTERRUPTED))
+        (self.model_dir / f"{INTERRUPTED}.json").write_text(json.dumps(state))
+        return path
+
+    def _resume_state(self) -> Optional[dict]:
+        """The state of this trial saved by `_save_interrupted` (model and optimizer restored), or
+        None when there is none or the run's config changed since."""
+        marker = self.model_dir / f"{INTERRUPTED}.json"
+        saved_config = self.model_dir / RUN_CONFIG
+        if not marker.exists() or not saved_config.exists():
+            return None
+        if json.loads(saved_config.read_text()) != json.loads(self.config.to_json()):
+            self.log(f"{self.model_dir} holds an interrupted trial of another config: starting over")
+            return None
+        state = json.loads(marker.read_text())
+        self._training_state().read(str(self.model_dir / INTERRUPTED)).assert_existing_objects_matched()
+        self.log(f"resuming at step {state['step']} from {self.model_dir / INTERRUPTED}")
+        return state
 
     def write_test_files(self, directory: Path) -> List[str]:
         written = []
@@ -199,10 +240,9 @@ def run(config: FinetuningConfig, stream=None) -> dict:
     """Every trial of the config; returns the results document (also written to results_dir)."""
     stream = stream or sys.stdout
     data = load_task_data(config, make_tokenizer(config))
-    trials: List[Scores] = []
-    extra: dict = {"config": config.to_dict()}
-    best_test = -math.inf
-    for number in range(1, config.num_trials + 1):
+    first, trials, extra = _finished_trials(config, stream)
+    best_test = main_score(trials[extra["test_predictions"]["trial"] - 1]) if "test_predictions" in extra else -math.inf
+    for number in range(first, config.num_trials + 1):
         trial = Trial(config, data, number, stream)
         trial.initialise()
         scores = trial.train() if config.do_train else None
@@ -223,3 +263,22 @@ def run(config: FinetuningConfig, stream=None) -> dict:
         print(f"\n{config.tasks_key}: dev scores over {len(trials)} trial(s)\n{format_table(document['aggregate'])}",
               file=stream, flush=True)
     return document
+
+
+def _finished_trials(config: FinetuningConfig, stream):
+    """(first trial to run, the scores of those before it, the results document's extra fields).
+
+    After an interruption, the first trial to run is the interrupted one; the scores of the trials
+    before it come back from the results file."""
+    extra: dict = {"config": config.to_dict()}
+    interrupted = [number for number in range(1, config.num_trials + 1)
+                   if (Path(config.model_dir(number)) / f"{INTERRUPTED}.json").exists()]
+    results = Path(config.results_dir) / f"{config.tasks_key}_results.json"
+    if not interrupted or interrupted[0] == 1 or not results.exists():
+        return (interrupted or [1])[0], [], extra
+    document = json.loads(results.read_text())
+    if "test_predictions" in document:
+        extra["test_predictions"] = document["test_predictions"]
+    print(f"trials 1-{interrupted[0] - 1} are done (scores in {results}); resuming trial {interrupted[0]}",
+          file=stream, flush=True)
+    return interrupted[0], document["trials"][:interrupted[0] - 1], extra

@@ -3,8 +3,11 @@
 Reading (the original's `QATask._add_examples`): a context is split into words on SQuAD whitespace
 (space, tab, CR, LF, U+202F); each character maps to the word it lies in, and an answer's
 `answer_start` (a character offset) gives its first and last word. A bad file -- malformed JSON,
-a missing field, a question with no context, an answer whose `answer_start` does not point at its
-text -- raises InputError naming the file and the question id; nothing is skipped silently.
+a missing field, a question with no context -- raises InputError naming the file and the question
+id. A training question whose answer is not found where `answer_start` points (the original's
+"Could not find answer") is skipped, as the original did, and counted; real training sets have a
+few. More than MAX_UNFINDABLE_SHARE of them means the wrong file (or offsets into another text)
+and is an error, as is such an answer in a dev file, where the original never looked.
 
 Featurizing (the original's `QATask.featurize`): every word is WordPiece-tokenized on its own;
 `[CLS] question [SEP] window [SEP]` (question cut to max_query_length tokens, segment 0; window
@@ -20,10 +23,11 @@ original reached the same span through `_improve_answer_span`).
 """
 
 import dataclasses
+import itertools
 import json
 import unicodedata
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,6 +35,7 @@ from electra_tf.errors import InputError
 from electra_tf.tokenization import SUFFIX_INDICATOR, Tokenizer
 from finetune.inputs import Features, _tokenize, pad_batch
 
+MAX_UNFINDABLE_SHARE = 0.05  # of a training file's answerable questions; more is an error
 SPAN_EID_FACTOR = 1000  # feature eid = 1000 * example eid + window index (the original's)
 TASKS = {"squad": True, "squadv1": False}  # the original's task names -> is SQuAD 2.0
 
@@ -121,7 +126,28 @@ def load_dataset(path) -> list:
     return _field(document, "data", list, str(path))
 
 
-def _answers(qa: dict, context: str, where: str) -> Tuple[Tuple[int, str], ...]:
+class UnfindableAnswer(InputError):
+    """An answer whose text is not where its `answer_start` points."""
+
+
+def _locate(paragraph: Paragraph, start: int, text: str) -> int:
+    """The character offset of answer `text` given `answer_start` `start`, or -1 when the original
+    would not have found it: its words at `start` .. `start + len(text) - 1` must contain the text
+    (whitespace collapsed). An `answer_start` inside those words but off the exact character is
+    corrected to where the text is."""
+    context = paragraph.context
+    if text.strip() and 0 <= start and context[start:start + len(text)] == text:
+        return start
+    last = start + len(text) - 1
+    if not text.strip() or start < 0 or last >= len(context):
+        return -1
+    first_word, last_word = int(paragraph.char_to_word[start]), int(paragraph.char_to_word[last])
+    if " ".join(paragraph.words[first_word:last_word + 1]).find(" ".join(text.split())) == -1:
+        return -1
+    return context.find(text, int(paragraph.word_start[first_word]), int(paragraph.word_end[last_word]))
+
+
+def _answers(qa: dict, paragraph: Paragraph, where: str) -> Tuple[Tuple[int, str], ...]:
     """(answer_start, text) of every answer of an answerable question, each checked."""
     answers = _field(qa, "answers", list, where)
     if not answers:
@@ -130,20 +156,35 @@ def _answers(qa: dict, context: str, where: str) -> Tuple[Tuple[int, str], ...]:
     for number, answer in enumerate(answers):
         text = _field(answer, "text", str, f"{where} answer {number}")
         start = _field(answer, "answer_start", int, f"{where} answer {number}")
-        if not text.strip() or start < 0 or context[start:start + len(text)] != text:
-            found = context[max(start, 0):max(start, 0) + len(text)]
-            raise InputError(f"{where}: answer {number}: answer_start {start} does not point at the answer "
-                             f"text {text!r} (the context there reads {found!r})")
-        checked.append((start, text))
+        located = _locate(paragraph, start, text)
+        if located < 0:
+            found = paragraph.context[max(start, 0):max(start, 0) + len(text)]
+            raise UnfindableAnswer(f"{where}: answer {number}: answer_start {start} does not point at the answer "
+                                   f"text {text!r} (the context there reads {found!r})")
+        checked.append((located, text))
     return tuple(checked)
 
 
-def read_examples(path, v2: bool, max_examples: Optional[int] = None) -> List[Example]:
+def read_examples(path, v2: bool, max_examples: Optional[int] = None, training: bool = False,
+                  log: Callable[[str], None] = print) -> List[Example]:
     """The questions of a SQuAD file, in file order; `v2` reads `is_impossible` (SQuAD 2.0).
 
     Answers are read whenever the file has them (train and dev; the scorer reads the dev answers
-    from the file itself, the first answer's positions give the dev loss)."""
-    examples: List[Example] = []
+    from the file itself, the first answer's positions give the dev loss). With `training`, a
+    question whose answer cannot be found is skipped and the count goes to `log`; otherwise it is
+    an error."""
+    unfindable: List[str] = []
+    examples = list(itertools.islice(_questions(path, v2, training, unfindable), max_examples))
+    if unfindable:
+        _check_unfindable(path, unfindable, len(unfindable) + sum(bool(e.answers) for e in examples), log)
+    if not examples:
+        raise InputError(f"{path}: holds no questions")
+    return examples
+
+
+def _questions(path, v2: bool, training: bool, unfindable: List[str]) -> Iterator[Example]:
+    """The examples of `read_examples`, one by one; skipped questions go to `unfindable`."""
+    eid = 0
     for article_index, article in enumerate(load_dataset(path)):
         where_article = f"{path}: article {article_index}"
         for paragraph_index, paragraph_json in enumerate(_field(article, "paragraphs", list, where_article)):
@@ -161,20 +202,34 @@ def read_examples(path, v2: bool, max_examples: Optional[int] = None) -> List[Ex
                     raise InputError(f"{where}: the question has no context (its paragraph is empty)")
                 labelled = "answers" in qa  # a test file has no answers
                 is_impossible = v2 and labelled and _field(qa, "is_impossible", bool, where)
-                example = Example(len(examples), qas_id, question, paragraph, is_impossible)
+                example = Example(eid, qas_id, question, paragraph, is_impossible)
                 if is_impossible:
                     example.answer_text = ""
                 elif labelled:
-                    example.answers = _answers(qa, context, where)
+                    try:
+                        example.answers = _answers(qa, paragraph, where)
+                    except UnfindableAnswer as error:
+                        if not training:
+                            raise
+                        unfindable.append(str(error))
+                        continue
                     example.answer_start, example.answer_text = example.answers[0]
                     example.start_word = int(paragraph.char_to_word[example.answer_start])
                     example.end_word = int(paragraph.char_to_word[example.answer_end - 1])
-                examples.append(example)
-                if max_examples is not None and len(examples) >= max_examples:
-                    return examples
-    if not examples:
-        raise InputError(f"{path}: holds no questions")
-    return examples
+                eid += 1
+                yield example
+
+
+def _check_unfindable(path, unfindable: List[str], answerable: int, log: Callable[[str], None]) -> None:
+    """Logs the skipped questions, or raises when they are too many for a sound file."""
+    share = len(unfindable) / answerable
+    if share > MAX_UNFINDABLE_SHARE:
+        raise InputError(f"{path}: the answer of {len(unfindable)} of {answerable} answerable questions "
+                         f"({share:.0%}) is not where its answer_start points, more than the "
+                         f"{MAX_UNFINDABLE_SHARE:.0%} a sound training file has: is it the right file? "
+                         f"First: {unfindable[0]}")
+    log(f"{path}: skipped {len(unfindable)} of {answerable} answerable training questions whose answer is not "
+        f"where answer_start points (the original's \"Could not find answer\"); first: {unfindable[0]}")
 
 
 def _normalized_chars(word: str, lower: bool) -> Tuple[str, List[int]]:

@@ -63,6 +63,7 @@ class BuildOptions:
     seed: int = 12345
     overwrite: bool = False
     quiet: bool = False
+    strict_utf8: bool = False  # invalid UTF-8 is an error instead of dropped bytes
 
     @property
     def sentence_splitting(self) -> bool:
@@ -81,6 +82,7 @@ class JobResult:
     eval_documents: int = 0
     lines: int = 0
     lines_replaced: int = 0
+    invalid_utf8: Dict[str, int] = dataclasses.field(default_factory=dict)  # corpus file -> lines with bad bytes
     seconds: float = 0.0  # time spent building, after the job's start-up (imports, tokenizer)
 
 
@@ -98,8 +100,10 @@ def pack_file(corpus_file: corpus_lib.CorpusFile, options: BuildOptions, tokeniz
     """
     docs = corpus_lib.read_documents(
         corpus_file.path, options.input_format, options.blanks_separate_docs,
-        split_sentences if options.sentence_splitting else None)
+        split_sentences if options.sentence_splitting else None, options.strict_utf8)
     result.lines_replaced += docs.lines_replaced
+    if docs.lines_replaced:
+        result.invalid_utf8[corpus_file.name] = docs.lines_replaced
     lines = [line for document in docs.documents for line in document]
     result.lines += len(lines)
     token_parts, splits = [], [0]
@@ -233,6 +237,7 @@ def _stats(options: BuildOptions, files, results: List[JobResult], num_out_files
     for result in results:
         train.merge(result.train)
         evaluation.merge(result.eval)
+        total.invalid_utf8.update(result.invalid_utf8)
         for name in ("documents", "eval_documents", "lines", "lines_replaced"):
             setattr(total, name, getattr(total, name) + getattr(result, name))
     megabytes = sum(f.size for f in files) / 1e6
@@ -252,6 +257,7 @@ def _stats(options: BuildOptions, files, results: List[JobResult], num_out_files
         "seed": options.seed, "num_processes": options.num_processes,
         "files": len(files), "megabytes": round(megabytes, 3), "lines": total.lines,
         "invalid_utf8_lines_replaced": total.lines_replaced,
+        "invalid_utf8_lines_per_file": dict(sorted(total.invalid_utf8.items())),
         "documents": total.documents, "eval_documents": total.eval_documents,
         "num_out_files": num_out_files,
         "eval_num_out_files": options.num_processes if options.eval_fraction > 0 else 0,
@@ -260,6 +266,18 @@ def _stats(options: BuildOptions, files, results: List[JobResult], num_out_files
         # the slowest job's building time, without process start-up: the steady-state rate
         "job_seconds": round(max(r.seconds for r in results), 2),
     }
+
+
+def invalid_utf8_summary(stats: Dict, most: int = 5) -> Optional[str]:
+    """A line naming the corpus files with invalid UTF-8 and their line counts, or None."""
+    per_file = stats["invalid_utf8_lines_per_file"]
+    if not per_file:
+        return None
+    worst = sorted(per_file.items(), key=lambda item: -item[1])[:most]
+    listed = ", ".join(f"{name} ({count:,} line{'s' * (count != 1)})" for name, count in worst)
+    more = f" and {len(per_file) - most} more" if len(per_file) > most else ""
+    return (f"invalid UTF-8 in {len(per_file)} file(s), {stats['invalid_utf8_lines_replaced']:,} line(s); the bad "
+            f"bytes were dropped (--strict-utf8 makes this an error): {listed}{more}")
 
 
 def build_pretraining_dataset(options: BuildOptions) -> Dict:

@@ -8,8 +8,10 @@ Two input formats:
   title line right after `<doc ...>` is dropped (it repeats the `title` attribute) and blank lines
   are skipped.
 
-Bytes that are not valid UTF-8 are replaced with U+FFFD (which the tokenizer then drops) and the
-lines where that happened are counted, so a user sees how dirty the corpus was.
+Bytes that are not valid UTF-8 are replaced with U+FFFD, which the tokenizer then drops: the same
+text as the original's decoding, which ignored them. The lines where that happened are counted per
+file, so a user sees how dirty the corpus was and where; `strict_utf8` makes the first such line an
+error naming the file, the line and the byte.
 """
 
 import dataclasses
@@ -68,22 +70,27 @@ def list_corpus_files(corpus_dir) -> List[CorpusFile]:
     return files
 
 
-def _decode_lines(path: Path):
+def _decode_lines(path: Path, strict_utf8: bool = False):
     """Yields (line_text, was_replaced) for each line of a file, decoding UTF-8 line by line."""
     try:
         handle = open(path, "rb")
     except OSError as error:
         raise InputError(f"{path}: cannot read corpus file ({error.strerror})") from error
     with handle:
-        for raw in handle:
+        for number, raw in enumerate(handle, start=1):
             try:
                 yield raw.decode("utf-8"), False
-            except UnicodeDecodeError:
+            except UnicodeDecodeError as error:
+                if strict_utf8:
+                    raise InputError(f"{path}: line {number}: invalid UTF-8 (byte 0x{raw[error.start]:02x} at "
+                                     f"byte {error.start} of the line); fix the file, or leave out "
+                                     "--strict-utf8 to drop such bytes") from None
                 yield raw.decode("utf-8", errors="replace"), True
 
 
 def read_documents(path: Path, input_format: str = "lines", blanks_separate_docs: bool = True,
-                   split_sentences: Optional[Callable[[str], List[str]]] = None) -> DocumentFile:
+                   split_sentences: Optional[Callable[[str], List[str]]] = None,
+                   strict_utf8: bool = False) -> DocumentFile:
     """Reads one corpus file into documents; `split_sentences` optionally splits each line further."""
     if input_format not in INPUT_FORMATS:
         raise InputError(f"--input-format {input_format!r}: expected one of {', '.join(INPUT_FORMATS)}")
@@ -98,7 +105,7 @@ def read_documents(path: Path, input_format: str = "lines", blanks_separate_docs
             documents.append(current)
         current = []
 
-    for text, was_replaced in _decode_lines(path):
+    for text, was_replaced in _decode_lines(path, strict_utf8):
         replaced += was_replaced
         line = text.strip()
         if input_format == "wikiextractor":

@@ -16,7 +16,7 @@ from typing import List, Optional
 import tensorflow as tf
 
 from electra_tf.errors import InputError
-from pretrain_data.records import parse_examples, record_length
+from pretrain_data.records import check_shard, parse_examples, record_length
 
 DEFAULT_SHUFFLE_BUFFER = 10000  # the original's 100 barely mixes documents: neighbours share one
 
@@ -90,11 +90,21 @@ def make_dataset(patterns: str, max_seq_length: int, global_batch_size: int, is_
 
 
 def check_pretraining_data(config) -> None:
-    """Fails before any work when the files a run will read are missing or of another length."""
-    if config.do_train:
-        check_record_length(resolve_files(config.pretrain_tfrecords), config.max_seq_length)
-    if config.do_eval:
-        check_record_length(resolve_files(config.eval_tfrecords), config.max_seq_length)
+    """Fails before any work when the files a run will read are missing, of another length, or
+    damaged (`records.check_shard`: cut short, bad bytes, not TFRecords)."""
+    for wanted, patterns in ((config.do_train, config.pretrain_tfrecords), (config.do_eval, config.eval_tfrecords)):
+        if wanted:
+            files = resolve_files(patterns)
+            for path in files:
+                check_shard(path)
+            check_record_length(files, config.max_seq_length)
+
+
+def locate_damaged_training_data(config) -> None:
+    """Reads every training file whole, after the reader reported damage mid-run: raises InputError
+    naming the damaged file and the byte offset (returns when none is found)."""
+    for path in resolve_files(config.pretrain_tfrecords):
+        check_shard(path, whole=True)
 
 
 def pretraining_dataset_fns(config):

@@ -9,12 +9,18 @@ No masking is stored: masking is dynamic, in the training graph. Shards are name
 """
 
 import functools
+import re
 from typing import Dict, List, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from electra_tf.errors import InputError
+
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
+RECORD_FRAMING_BYTES = 16  # per TFRecord: 8-byte length, 4-byte CRC of it, the data, 4-byte CRC of the data
+FULL_CHECK_BYTES = 64 << 20  # shards up to this size are checked whole at start-up (a few ms per MB)
+PARTIAL_CHECK_RECORDS = 1000  # of larger shards, the first records only
 SHARD_PREFIX = "pretrain_data.tfrecord"
 EVAL_SUBDIR = "eval"  # held-out shards live in <output_dir>/eval/, outside the default training glob
 
@@ -99,3 +105,39 @@ def record_length(path: str) -> int:
         example = tf.train.Example.FromString(raw.numpy())
         return len(example.features.feature["input_ids"].int64_list.value)
     return -1
+
+
+def check_shard(path: str, whole: bool = False) -> None:
+    """Raises InputError naming `path` and the byte offset when its TFRecord framing or a CRC is
+    broken: a file cut short (disk full, interrupted copy), damaged bytes, or not a TFRecord file.
+
+    TensorFlow's reader verifies every length and data CRC; the sum of the record sizes must then
+    be the file size, which also catches a cut inside a record header (that reader takes it for
+    the end of the file). Shards up to FULL_CHECK_BYTES, or any with `whole`, are read entirely,
+    larger ones up to their first PARTIAL_CHECK_RECORDS records.
+    """
+    size = tf.io.gfile.stat(path).length
+    whole = whole or size <= FULL_CHECK_BYTES
+    records = tf.data.TFRecordDataset(path)
+    if not whole:
+        records = records.take(PARTIAL_CHECK_RECORDS)
+    try:
+        count, payload = records.reduce(
+            (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+            lambda state, record: (state[0] + 1, state[1] + tf.cast(tf.strings.length(record), tf.int64)))
+    except tf.errors.DataLossError as error:
+        raise InputError(f"{path}: damaged TFRecord file ({_reader_problem(error.message)}); "
+                         "rebuild or re-copy it") from None
+    end = int(count) * RECORD_FRAMING_BYTES + int(payload)
+    if whole and end != size:
+        raise InputError(f"{path}: damaged TFRecord file (truncated record at byte {end} of {size}); "
+                         "rebuild or re-copy it")
+
+
+def _reader_problem(message: str) -> str:
+    """The reader's own words (`truncated record at 15800`, `corrupted record at 0`), without the op
+    names around them."""
+    found = re.search(r"(truncated|corrupted) record at (\d+)", message)
+    if not found:
+        return message.splitlines()[0]
+    return f"{found.group(1)} record at byte {found.group(2)}"

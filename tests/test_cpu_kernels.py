@@ -245,3 +245,23 @@ def test_a_failed_build_warns_once_and_the_model_uses_tensorflows_ops(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "fallback ok" in done.stdout, done.stderr[-3000:]
     assert not list((tmp_path / "build").glob("*.so"))  # nothing half-written
+
+
+def test_the_build_runs_when_the_model_is_made_not_while_it_is_traced(tmp_path, monkeypatch):
+    """The one-time compile (a subprocess) runs eagerly, when the encoder is constructed: traced by
+    AutoGraph it printed four 'Please report this to the TensorFlow team' warnings on a first run."""
+    calls = []
+
+    def build(path):
+        calls.append(tf.inside_function())
+        raise RuntimeError("no compiler in this test")
+
+    monkeypatch.setattr(cpu_kernels, "_loaded", {})
+    monkeypatch.setattr(cpu_kernels, "build", build)
+    monkeypatch.setenv("ELECTRA_TF_BUILD_DIR", str(tmp_path))
+    with pytest.warns(RuntimeWarning, match="fused CPU kernels unavailable"):
+        encoder = build_encoder(BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=16, max_position_embeddings=16))
+    assert calls == [False]  # built (here: tried) once, eagerly
+    tf.function(lambda ids: encoder(ids, training=True))(tf.constant([[2, 3, 4, 0]]))
+    assert calls == [False]  # tracing the model did not build again

@@ -2,7 +2,11 @@
 padding, trials, results and GLUE-server test files, and the CLI's errors."""
 
 import json
+import os
+import re
 import shutil
+import signal
+import sys
 
 import numpy as np
 import pytest
@@ -20,6 +24,7 @@ from finetune.data import load_task_data, make_tokenizer
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
 from finetune.runner import Trial
+from process_helpers import REPO, signal_when
 
 TASK_FOLDERS = ("MRPC", "CoLA", "STS-B")
 BASE = dict(model_size="tiny", max_seq_length=32, train_batch_size=16, eval_batch_size=64, max_examples=48,
@@ -197,3 +202,30 @@ def test_bad_row_in_task_data_names_file_and_line(tmp_path, data_dir, capsys):
                                 "--hparams", json.dumps({**BASE, "task_names": ["rte"]})])
     err = capsys.readouterr().err
     assert code == 2 and "rte/train.tsv:3: unknown label 'maybe' for rte" in err
+
+
+def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir, capsys):
+    """A real run_finetuning.py gets SIGTERM mid-trial: it saves model, optimizer and step, exits 143;
+    the same command resumes the trial at that step and finishes it."""
+    values = {**BASE, "task_names": ["mrpc"], "max_examples": 480, "keep_all_models": True}  # 60 steps
+    command = [sys.executable, str(REPO / "run_finetuning.py"), "--data-dir", str(data_dir), "--model-name", "tiny",
+               "--hparams", json.dumps(values)]
+    code, out, err = signal_when(command, dict(os.environ, PYTHONPATH=str(REPO)),
+                                 lambda line: line.startswith("[trial 1]") and " loss " in line, signal.SIGTERM)
+    model_dir = data_dir / "models" / "tiny" / "finetuning_models" / "mrpc_model_1"
+    assert code == 128 + signal.SIGTERM, out + err
+    stopped = re.search(rf"^stopped: training stopped by SIGTERM at step (\d+); the checkpoint is "
+                        rf"{re.escape(str(model_dir / 'interrupted'))}\. Run the same command again to resume$",
+                        err, flags=re.M)
+    assert stopped, err
+    step = int(stopped.group(1))
+    assert 2 <= step < 60 and json.loads((model_dir / "interrupted.json").read_text())["step"] == step
+
+    code, out, err = run_cli(data_dir, capsys, task_names=["mrpc"], max_examples=480, keep_all_models=True)
+    assert code == 0, err
+    assert f"[trial 1] resuming at step {step} from {model_dir / 'interrupted'}" in out
+    resumed = re.findall(r"train: (\d+)/60 steps", out)
+    assert resumed and resumed[0] == str(step + 2 - step % 2) and resumed[-1] == "60", out
+    assert not (model_dir / "interrupted.json").exists()
+    results = json.loads((data_dir / "models" / "tiny" / "results" / "mrpc_results.json").read_text())
+    assert len(results["trials"]) == 1 and 0.0 <= results["trials"][0]["mrpc"]["accuracy"] <= 100.0

@@ -4,30 +4,30 @@
   exactly the weights of a run that was never interrupted.
 - Two local workers under MultiWorkerMirroredStrategy (TF_CONFIG on 127.0.0.1) end with identical
   weights, and only the chief writes checkpoints.
+- One of two workers signalled: both save the same step and stop; one killed: the other stops with
+  an error instead of hanging; restarted, both resume.
 """
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
-REPO = Path(__file__).resolve().parents[1]
+from process_helpers import REPO, pretraining_hparams
+
 WORKER = REPO / "tests" / "scripts" / "pretrain_worker.py"
 
 
 def hparams(**values):
-    base = dict(model_size="tiny", max_seq_length=64, train_batch_size=16, num_train_steps=60,
-                num_warmup_steps=5, learning_rate=2e-3, save_checkpoints_steps=10, log_every=10,
-                iterations_per_loop=5, deterministic=True, do_eval=False)
-    base.update(values)
-    return json.dumps(base)
+    return pretraining_hparams(**{"num_train_steps": 60, "deterministic": True, **values})
 
 
 def environment(**extra):
@@ -113,3 +113,87 @@ def test_two_workers_end_with_identical_weights(pretraining_data_dir, tmp_path):
     assert (model_dir / "ckpt-20.index").exists()
     assert not list(model_dir.glob(".worker_*"))  # the other worker's scratch copy is gone
     assert "step 20/20" in outputs[0] and "step 20/20" in outputs[1]
+
+
+class Cluster:
+    """Two run_pretraining.py workers of one MultiWorkerMirroredStrategy run, their output collected."""
+
+    def __init__(self, data_dir, name, values):
+        workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        self.processes, self.outputs = [], [[], []]
+        for index in range(2):
+            tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+            command = [sys.executable, str(REPO / "run_pretraining.py"), "--data-dir", str(data_dir),
+                       "--model-name", name, "--hparams", hparams(strategy="multi_worker", **values)]
+            process = subprocess.Popen(command, env=environment(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
+            threading.Thread(target=self.outputs[index].extend, args=(process.stdout,), daemon=True).start()
+            self.processes.append(process)
+
+    def output(self, index):
+        return "".join(self.outputs[index])
+
+    def wait_for(self, condition, what):
+        deadline = time.monotonic() + 300
+        while not condition():
+            assert time.monotonic() < deadline and all(p.poll() is None for p in self.processes), \
+                f"{what}: {self.output(0)[-2000:]}"
+            time.sleep(0.05)
+
+    def exit_codes(self, timeout):
+        """Waits for both; a worker still running after `timeout` seconds hangs: it is killed, and the
+        returned code is None."""
+        codes = []
+        for process in self.processes:
+            try:
+                codes.append(process.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                codes.append(None)
+        time.sleep(0.5)  # the readers catch the last lines
+        return codes
+
+    def kill(self):
+        for process in self.processes:
+            process.kill()
+
+
+def test_signalled_or_lost_worker(pretraining_data_dir):
+    """SIGTERM to one worker: TF's PreemptionCheckpointHandler makes both save the same step and stop;
+    both restarted resume there. A killed worker: the other stops with one error instead of hanging
+    (at once when the connection closes, as here; a silent peer within the coordination service's
+    heartbeat timeout, measured at 12 s with SIGSTOP); the checkpoints stay for the next restart."""
+    model_dir = pretraining_data_dir / "models" / "preempted"
+    state = model_dir / "checkpoint"
+    values = dict(num_train_steps=100000, save_checkpoints_steps=10, log_every=5, deterministic=False)
+    cluster = Cluster(pretraining_data_dir, "preempted", values)
+    try:
+        cluster.wait_for(lambda: state.exists() and "ckpt-10" in state.read_text(), "no first checkpoint")
+        cluster.processes[1].send_signal(signal.SIGTERM)
+        assert cluster.exit_codes(timeout=120) == [128 + signal.SIGTERM] * 2, cluster.output(0)[-3000:]
+    finally:
+        cluster.kill()
+    stopped = [re.search(r"^stopped: training stopped by (.+) at step (\d+); the checkpoint is (\S+)\.",
+                         cluster.output(index), flags=re.M) for index in range(2)]
+    assert stopped[0] and stopped[1], cluster.output(0)[-3000:] + cluster.output(1)[-3000:]
+    assert stopped[0].group(1) == "a signal to another worker" and stopped[1].group(1) == "SIGTERM"
+    step = int(stopped[0].group(2))
+    assert stopped[1].group(2) == str(step)
+    assert stopped[0].group(3) == stopped[1].group(3) == str(model_dir / f"ckpt-{step}")
+    assert (model_dir / f"ckpt-{step}.index").exists() and not list(model_dir.glob(".worker_*"))
+
+    cluster = Cluster(pretraining_data_dir, "preempted", values)
+    later = f"ckpt-{(step // 10 + 1) * 10}"
+    try:
+        cluster.wait_for(lambda: later in state.read_text(), "no checkpoint after the restart")
+        cluster.processes[1].kill()
+        codes = cluster.exit_codes(timeout=120)
+    finally:
+        cluster.kill()
+    output = cluster.output(0)
+    assert f"resuming from {model_dir / f'ckpt-{step}'}" in output
+    assert codes == [1, -signal.SIGKILL], output[-3000:]
+    assert re.search(r"^error: another worker of the cluster stopped or became unreachable \(.+\)\. Restart all 2 "
+                     r"workers to resume from the last checkpoint, \S+ckpt-\d+$", output, flags=re.M), output[-3000:]
+    assert "Traceback" not in output
+    assert (model_dir / f"{later}.index").exists()  # and restarting resumes from there, as above

@@ -123,6 +123,7 @@ def disabled():
         _disabled.on = before
 
 
+@tf.autograph.experimental.do_not_convert  # plain Python; AutoGraph must not step into the build
 def usable(dtype: tf.DType) -> bool:
     """Whether a model being traced now may use the kernels for activations of `dtype`."""
     if dtype != tf.float32 or getattr(_disabled, "on", False) or save_context.in_save_context():
@@ -130,6 +131,16 @@ def usable(dtype: tf.DType) -> bool:
     if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
         return False
     return not tf.config.list_logical_devices("GPU") and library() is not None
+
+
+def prepare(dtype) -> None:
+    """Builds and loads the kernels now, when a model that may use them for `dtype` is constructed.
+
+    Called eagerly (from `Encoder.__init__`), so that the one-time compile runs outside any traced
+    function: inside one, AutoGraph would step into the build's Python calls (`os.fsdecode`,
+    `subprocess`) and warn about each, and the first run would be noisier than the second."""
+    if tf.executing_eagerly():
+        usable(tf.as_dtype(dtype))
 
 
 def _keep_or_empty(keep: Optional[tf.Tensor]) -> tf.Tensor:

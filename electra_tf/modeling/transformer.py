@@ -189,6 +189,7 @@ class Encoder(tf_keras.layers.Layer):
         if self.embeddings.embedding_size != config.hidden_size:
             self.embeddings_project = tf_keras.layers.Dense(config.hidden_size, name="embeddings_project")
         self.blocks = [TransformerBlock(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)]
+        cpu_kernels.prepare(self.compute_dtype)  # the one-time kernel build, outside any traced function
 
     def build(self, input_shape=None):
         if self.owns_embeddings:

@@ -3,14 +3,16 @@
 A checkpoint holds the model, the optimizer (slots and step) and the input iterator, so a resumed
 run continues with the very batches it would have seen. TensorFlow writes a checkpoint's files
 first and updates the `checkpoint` state file last, so a run killed mid-save resumes from the
-previous complete one. Under MultiWorkerMirroredStrategy every worker takes part in a save, but
-only the chief's copy lands in the model dir; the others write to a scratch dir and delete it.
+previous complete one; a checkpoint whose files were damaged afterwards (a bad disk, a partial
+copy) is skipped on resume in favour of the newest intact one. Under MultiWorkerMirroredStrategy
+every worker takes part in a save, but only the chief's copy lands in the model dir; the others
+write to a scratch dir and delete it.
 """
 
 import os
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import Callable, List, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -19,39 +21,105 @@ from electra_tf.errors import InputError
 
 
 class Checkpoints:
-    """A `tf.train.CheckpointManager` over `trackables` in `model_dir` (or a worker scratch dir)."""
+    """A `tf.train.CheckpointManager` over `trackables` in `model_dir` (or a worker scratch dir).
+
+    `restore_latest` runs first: it restores the newest intact checkpoint of the model dir, and
+    the manager is made afterwards, so that it lists only the checkpoints that remain valid."""
 
     def __init__(self, model_dir, chief: bool, worker_id: int, keep_checkpoint_max: Optional[int],
                  **trackables):
-        self.chief = chief
-        self.directory = Path(model_dir) if chief else Path(model_dir) / f".worker_{worker_id}_scratch"
+        self.chief, self.model_dir, self.keep_checkpoint_max = chief, Path(model_dir), keep_checkpoint_max
+        self.directory = self.model_dir if chief else self.model_dir / f".worker_{worker_id}_scratch"
         self.checkpoint = tf.train.Checkpoint(**trackables)
         # A checkpoint written by convert_checkpoint.py holds the model and optimizer only.
         self.imported = tf.train.Checkpoint(model=trackables["model"], optimizer=trackables["optimizer"])
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.directory),
-                                                  max_to_keep=keep_checkpoint_max or None)
+        self.manager = None
+        self.saved_step = None
 
     @property
     def latest(self) -> Optional[str]:
-        return tf.train.latest_checkpoint(str(self.directory)) if self.chief else None
+        """The model dir's newest checkpoint (the chief's, also seen from the other workers)."""
+        return tf.train.latest_checkpoint(str(self.model_dir))
 
-    def restore_latest(self, model_dir) -> Optional[str]:
-        """Restores the newest checkpoint of `model_dir` (every worker reads the chief's)."""
-        path = tf.train.latest_checkpoint(str(model_dir))
-        if path:
+    def restore_latest(self, report: Callable[[str], None]) -> Optional[str]:
+        """Restores the newest intact checkpoint of the model dir (every worker reads the chief's).
+
+        A checkpoint whose files are damaged or missing is skipped, with a line to `report` naming
+        it and the reader's complaint, and the chief drops it from the `checkpoint` state file. A
+        checkpoint that is intact but does not fit the model is an error, as is a model dir whose
+        checkpoints are all damaged."""
+        candidates = _listed_checkpoints(self.model_dir)
+        skipped = []
+        restored = None
+        for path in reversed(candidates):
             try:
                 imported = not any(name.startswith("iterator/") for name, _ in tf.train.list_variables(path))
                 (self.imported if imported else self.checkpoint).restore(path).assert_existing_objects_matched()
-            except (AssertionError, ValueError, tf.errors.OpError) as error:
-                raise InputError(f"checkpoint {path} does not match this run (was deterministic, precision or "
-                                 f"optimizer changed?): {str(error).splitlines()[0]}") from None
-        return path
+            except (AssertionError, ValueError, IndexError, tf.errors.OpError) as error:
+                damage = damaged(path)
+                if damage is None:
+                    raise InputError(f"checkpoint {path} does not match this run (was deterministic, precision or "
+                                     f"optimizer changed?): {str(error).splitlines()[0]}") from None
+                report(f"skipping checkpoint {path}: its files are damaged ({damage})")
+                skipped.append(f"{Path(path).name} ({damage})")
+                continue
+            restored = path
+            break
+        if skipped and restored is None:
+            raise InputError(f"no intact checkpoint in {self.model_dir}: {'; '.join(skipped)}. Restore the files "
+                             "from a copy, or delete them (and the `checkpoint` file) to train from the start")
+        if skipped and self.chief:
+            _write_checkpoint_state(self.model_dir, candidates[:candidates.index(restored) + 1])
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.directory),
+                                                  max_to_keep=self.keep_checkpoint_max or None)
+        return restored
+
+    def path(self, step: int) -> str:
+        """Where the chief saves the checkpoint of `step`."""
+        return str(self.model_dir / f"ckpt-{step}")
 
     def save(self, step: int) -> str:
+        """Saves the state at `step` (once: a second call for the same step does nothing)."""
+        if step == self.saved_step:
+            return self.latest
         path = self.manager.save(checkpoint_number=step)
+        self.saved_step = step
         if not self.chief:
             shutil.rmtree(self.directory, ignore_errors=True)
         return path
+
+
+def damaged(prefix: str) -> Optional[str]:
+    """What is wrong with a checkpoint's files (unreadable index, missing or short data file, a
+    tensor whose checksum fails), by reading every tensor; None when they are intact."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (IndexError, ValueError, tf.errors.OpError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return message.split("}} ")[-1].split(" [Op:")[0]
+    return None
+
+
+def _listed_checkpoints(model_dir: Path) -> List[str]:
+    """The checkpoints the `checkpoint` state file of `model_dir` lists, oldest first."""
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    if state is None:
+        return []
+    paths = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    return [path if os.path.isabs(path) else str(model_dir / path) for path in paths]
+
+
+def _write_checkpoint_state(model_dir: Path, paths: List[str]) -> None:
+    """Rewrites the `checkpoint` state file to list `paths` (the last is the latest), atomically."""
+    lines = [f'model_checkpoint_path: "{Path(paths[-1]).name}"']
+    lines += [f'all_model_checkpoint_paths: "{Path(path).name}"' for path in paths]
+    staged = model_dir / "checkpoint.tmp"
+    staged.write_text("\n".join(lines) + "\n")
+    os.replace(staged, model_dir / "checkpoint")
 
 
 def resolve_checkpoint(path: str) -> str:

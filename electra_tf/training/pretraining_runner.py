@@ -4,9 +4,10 @@
 - prepares the model dir: the effective config is written as `config.json`; a config whose
   architecture differs from the one already there is refused instead of silently mixed;
 - trains `num_train_steps` steps, `iterations_per_loop` steps per compiled call, resuming from the
-  latest checkpoint (model, optimizer, step, input iterator) or starting from `init_checkpoint`;
-  checkpoints every `save_checkpoints_steps`; stops with an error naming the step if the loss
-  becomes NaN/Inf (the last good checkpoint stays);
+  newest intact checkpoint (model, optimizer, step, input iterator) or starting from
+  `init_checkpoint`; checkpoints every `save_checkpoints_steps`; stops with an error naming the step
+  if the loss becomes NaN/Inf (the last good checkpoint stays), with one naming the file if the
+  data is damaged, and after a checkpoint on SIGTERM / SIGINT;
 - evaluates on every held-out example (at most `num_eval_steps` batches, the last one partial),
   at the end and, with `eval_every_steps`, during training (TensorBoard's `eval` curve), and
   writes the final metrics to `results/unsup_results.{json,txt}`. A held-out set without an
@@ -17,7 +18,9 @@ module does not depend on how pretraining data is stored.
 """
 
 import math
+import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional
 
@@ -26,12 +29,12 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.errors import InputError
+from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
 from electra_tf.optimization import create_optimizer
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
-from electra_tf.training import checkpointing, distribution
+from electra_tf.training import checkpointing, distribution, interruption
 from electra_tf.training.reporting import Reporter, write_results
 from electra_tf.training.train_step import make_train_step
 
@@ -52,7 +55,7 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
     model_dir = Path(config.model_dir)
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
-        probe = model_dir / ".write_test"
+        probe = model_dir / f".write_test_{os.getpid()}"  # one per worker process: they share the dir
         probe.write_text("")
         probe.unlink()
     except OSError as error:
@@ -216,11 +219,20 @@ class RunOutput(NamedTuple):
 
 
 def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_dataset_fn: Optional[DatasetFn],
-        special_ids: Dict[str, int], stream=None) -> RunOutput:
-    """Trains and/or evaluates as the config says; returns the final metrics and the model."""
+        special_ids: Dict[str, int], stream=None, check_data: Optional[Callable[[], None]] = None,
+        locate_damage: Optional[Callable[[], None]] = None) -> RunOutput:
+    """Trains and/or evaluates as the config says; returns the final metrics and the model.
+
+    `check_data` checks the input files before anything is written (after the strategy exists: a
+    multi-worker strategy must be made before TensorFlow runs anything); `locate_damage`, called
+    when the training data turns out damaged mid-run, raises an InputError naming the file."""
     distribution.set_determinism(config.seed, config.deterministic)
     distribution.set_precision(config.precision)
     strategy = distribution.create_strategy(config.strategy, config.tpu_name, config.tpu_zone, config.gcp_project)
+    if check_data is not None:
+        check_data()
+    if config.do_eval:
+        _check_eval_data(eval_dataset_fn)
     chief = distribution.is_chief(strategy)
     model_dir = prepare_model_dir(config, chief)
     with strategy.scope():
@@ -237,7 +249,6 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     results: Dict[str, float] = {}
     evaluate = None
     if config.do_eval:
-        _check_eval_data(eval_dataset_fn)
         eval_dataset = strategy.distribute_datasets_from_function(eval_dataset_fn)
 
         def evaluate() -> Dict[str, float]:
@@ -248,7 +259,7 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
             return metrics
     if config.do_train:
         train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter,
-                            evaluate if config.eval_every_steps else None)
+                            locate_damage, evaluate if config.eval_every_steps else None)
         if math.isfinite(train_loss):  # NaN when the run had already reached num_train_steps
             results["train_loss"] = train_loss
     else:  # evaluation only: the latest checkpoint of the model dir, or init_checkpoint
@@ -287,8 +298,11 @@ def _check_batch_sizes(config: PretrainingConfig, strategy) -> None:
 
 
 def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, chief: bool,
-           reporter: Reporter, evaluate: Optional[Callable[[], Dict[str, float]]] = None) -> float:
-    """The training loop; returns the mean loss of the last logged interval.
+           reporter: Reporter, locate_damage: Optional[Callable[[], None]] = None,
+           evaluate: Optional[Callable[[], Dict[str, float]]] = None) -> float:
+    """The training loop; returns the mean loss of the last logged interval. SIGTERM / SIGINT end it
+    with a checkpoint at the next loop boundary (`interruption`); damaged input data and a lost
+    worker end it with one error naming the cause (`_run_loop`).
 
     `evaluate`, if given, runs every `eval_every_steps` steps before the last (which the caller
     evaluates anyway) and at the step a run starts from, so the curve has its first point.
@@ -305,7 +319,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     checkpoints = checkpointing.Checkpoints(model_dir, chief, worker_id, config.keep_checkpoint_max,
                                             model=training.model, optimizer=optimizer, iterator=iterator,
                                             dropout_generators=generators)
-    restored = checkpoints.restore_latest(model_dir)
+    restored = checkpoints.restore_latest(lambda line: print(line, file=reporter.stream, flush=True))
     if restored:
         print(f"resuming from {restored}", file=reporter.stream, flush=True)
     elif config.init_checkpoint:
@@ -317,29 +331,111 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
         evaluate()
     reporter.start(step)
     last_loss, loss_sum = math.nan, 0.0
-    while step < config.num_train_steps:
-        stage = _stage(config, step)
-        num_steps = _next_boundary(config, step) - step
-        loss = float(training.train_loop(stage)(iterator, tf.constant(num_steps)))
-        if not np.isfinite(loss):
-            raise FloatingPointError(
-                f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
-                f"The last good checkpoint is {checkpoints.latest or 'none (no checkpoint yet)'}")
-        loss_sum += loss * num_steps
-        step += num_steps
-        if step % config.log_every == 0 or step == config.num_train_steps:
-            last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
-            logged_step = step
-            reporter.train_progress(step, last_loss, training.metrics.result(),
-                                    float(_learning_rate(optimizer)))
-            training.metrics.reset_state()
-        if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
-            training.model.init_discriminator_from_generator()
-        if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
-            checkpoints.save(step)
-        if evaluate is not None and step % config.eval_every_steps == 0 and step < config.num_train_steps:
-            evaluate()
+    interrupt = interruption.Interruption(reporter.stream)
+    preemption = _preemption_handler(strategy, checkpoints, interrupt) if num_workers > 1 else None
+    with interrupt:
+        while step < config.num_train_steps:
+            stage = _stage(config, step)
+            num_steps = _next_boundary(config, step) - step
+            loss = _run_loop(training.train_loop(stage), iterator, num_steps, checkpoints, num_workers, locate_damage)
+            if not np.isfinite(loss):
+                raise FloatingPointError(
+                    f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
+                    f"The last good checkpoint is {checkpoints.latest or 'none (no checkpoint yet)'}")
+            loss_sum += loss * num_steps
+            step += num_steps
+            if step % config.log_every == 0 or step == config.num_train_steps:
+                last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
+                logged_step = step
+                reporter.train_progress(step, last_loss, training.metrics.result(),
+                                        float(_learning_rate(optimizer)))
+                training.metrics.reset_state()
+            if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
+                training.model.init_discriminator_from_generator()
+            if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
+                checkpoints.save(step)
+            if preemption is not None:  # every worker, at every boundary: TF agrees on the step to save
+                _quietly(preemption.save_checkpoint_if_preempted, step=step)
+            elif interrupt.requested:
+                raise interrupt.stop(step, checkpoints.save(step))
+            if evaluate is not None and step % config.eval_every_steps == 0 and step < config.num_train_steps:
+                evaluate()
     return last_loss
+
+
+def _run_loop(loop, iterator, num_steps: int, checkpoints: checkpointing.Checkpoints, num_workers: int,
+              locate_damage: Optional[Callable[[], None]]) -> float:
+    """Runs one compiled loop of `num_steps` steps; returns its mean loss.
+
+    The reader's DataLossError (a TFRecord cut short or damaged after the start-up check) becomes an
+    InputError naming the file, found by `locate_damage`. Under multi-worker training, a peer that
+    died or became unreachable aborts the collectives (TensorFlow notices a closed connection at
+    once, a silent peer through the coordination service's heartbeat); that becomes one error."""
+    try:
+        return float(loop(iterator, tf.constant(num_steps)))
+    except tf.errors.DataLossError as error:
+        if locate_damage is not None:
+            locate_damage()  # raises InputError naming the damaged file
+        raise InputError(f"the training data is damaged ({_first_line(error)}); rebuild or re-copy it. "
+                         f"The last checkpoint is {checkpoints.latest or 'none'}") from None
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,
+            tf.errors.CancelledError) as error:
+        if num_workers == 1:
+            raise
+        raise WorkerLost(f"another worker of the cluster stopped or became unreachable ({_first_line(error)}). "
+                         f"Restart all {num_workers} workers to resume from the last checkpoint, "
+                         f"{checkpoints.latest or 'none yet'}") from None
+
+
+def _first_line(error: tf.errors.OpError) -> str:
+    """The gist of a TensorFlow runtime error, without the node and op names around it."""
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    kept = [i for i, line in enumerate(lines)
+            if not line.startswith(("Graph execution error", "Detected at node", "File ", "{{function_node"))]
+    if not kept:
+        return lines[0] if lines else type(error).__name__
+    gist = lines[kept[0]]
+    if gist.endswith(":") and kept[0] + 1 < len(lines):  # "tasks are unhealthy ...:" and then which
+        gist += " " + lines[kept[0] + 1]
+    return gist.split("}} ")[-1].split(" [Op:")[0].split(" [[")[0]
+
+
+def _quietly(function, **kwargs):
+    """Calls `function` with TensorFlow's Python warnings off: the preemption handler warns that its
+    own `total_run_calls`, which it calls when it saves, is deprecated."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        return function(**kwargs)
+    finally:
+        logger.setLevel(level)
+
+
+def _preemption_handler(strategy, checkpoints: checkpointing.Checkpoints, interrupt: interruption.Interruption):
+    """TensorFlow's `PreemptionCheckpointHandler` for a multi-worker run: when any worker is
+    signalled, every worker saves at the same step and stops.
+
+    It saves through `checkpoints.save` (the chief into the model dir) and stops by raising
+    `TrainingInterrupted`. It installs its SIGTERM handler itself; `interrupt` calls that one for
+    SIGTERM and SIGINT, and SIGTERM's previous handler is put back, so that outside training SIGTERM
+    ends the process as usual."""
+    saved = {}
+
+    def save(step):
+        checkpoints.save(step)
+        saved["step"] = step
+
+    def stop():
+        raise interrupt.stop(saved["step"], checkpoints.path(saved["step"]))
+
+    previous = signal.getsignal(signal.SIGTERM)
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, checkpoints.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=stop, save_fn=save))
+    interrupt.notify = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, previous)
+    return handler
 
 
 def _learning_rate(optimizer) -> tf.Tensor:
