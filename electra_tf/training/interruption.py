@@ -8,13 +8,15 @@ second Ctrl-C stops at once, without saving. Python runs signal handlers between
 handler cannot act inside a compiled loop anyway; the loop boundary is the first point where it can.
 
 Multi-worker runs coordinate the save step across workers with TensorFlow's own
-`tf.distribute.experimental.PreemptionCheckpointHandler` (see `pretraining_runner`); `notify`
+`tf.distribute.experimental.PreemptionCheckpointHandler` (`preemption_handler`); `notify`
 passes each signal on to it.
 """
 
 import signal
 import sys
 from typing import Callable, Optional
+
+import tensorflow as tf
 
 from electra_tf.errors import TrainingInterrupted
 
@@ -59,3 +61,41 @@ class Interruption:
         where = saved or "the model dir"
         return TrainingInterrupted(f"training stopped by {name} at step {step}; the checkpoint is {where}. "
                                    "Run the same command again to resume", 128 + (self.signum or signal.SIGTERM))
+
+
+def quietly(function, **kwargs):
+    """Calls `function` with TensorFlow's Python warnings off: the preemption handler warns that its
+    own `total_run_calls`, which it calls when it saves, is deprecated."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        return function(**kwargs)
+    finally:
+        logger.setLevel(level)
+
+
+def preemption_handler(strategy, checkpoints, interrupt: Interruption):
+    """TensorFlow's `PreemptionCheckpointHandler` for a multi-worker run: when any worker is
+    signalled, every worker saves at the same step and stops.
+
+    It saves through `checkpoints.save` (the chief into the model dir) and stops by raising
+    `TrainingInterrupted`. It installs its SIGTERM handler itself; `interrupt` calls that one for
+    SIGTERM and SIGINT, and SIGTERM's previous handler is put back, so that outside training SIGTERM
+    ends the process as usual."""
+    saved = {}
+
+    def save(step):
+        checkpoints.save(step)
+        saved["step"] = step
+
+    def stop():
+        raise interrupt.stop(saved["step"], checkpoints.path(saved["step"]))
+
+    previous = signal.getsignal(signal.SIGTERM)
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, checkpoints.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=stop, save_fn=save))
+    interrupt.notify = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, previous)
+    return handler

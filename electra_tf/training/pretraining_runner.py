@@ -20,7 +20,6 @@ module does not depend on how pretraining data is stored.
 import math
 import os
 import shutil
-import signal
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional
 
@@ -35,6 +34,7 @@ from electra_tf.optimization import create_optimizer
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import checkpointing, distribution, interruption
+from electra_tf.training.evaluation import Evaluator, check_eval_data, eval_summary, update_metrics
 from electra_tf.training.reporting import Reporter, write_results
 from electra_tf.training.train_step import make_train_step
 
@@ -85,25 +85,15 @@ class _Training:
         has_rtd = config.objective in ("electra", "electra_15")
         with strategy.scope():
             self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight)
-            self.eval_metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight)
-            self.eval_loss = tf_keras.metrics.Mean("loss")
-            self.eval_examples = tf_keras.metrics.Sum("eval_examples")
+            self.evaluator = Evaluator(strategy, model, has_rtd, config.disc_weight, config.seed)
         self.base_seed = tf.constant([config.seed, 0], tf.int64)
-        self.loops = {}  # compiled functions: a training loop per stage, and "eval"
+        self.loops = {}  # compiled training loops by stage
 
     def _seed(self, step) -> tf.Tensor:
         """A per-step, per-replica seed for masking and sampling: resumed runs redraw the same."""
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         seed = tf.random.experimental.stateless_fold_in(self.base_seed, tf.cast(step, tf.int64))
         return tf.random.experimental.stateless_fold_in(seed, replica)
-
-    def update_metrics(self, metrics: PretrainingMetrics, features, output) -> None:
-        rtd = output.rtd
-        metrics.update_state(masked_lm_ids=output.masked.masked_lm_ids,
-                             masked_lm_weights=output.masked.masked_lm_weights, mlm=output.mlm,
-                             sampled_ids=output.sampled_ids, rtd=rtd,
-                             rtd_labels=None if rtd is None else output.fake.is_replaced,
-                             input_mask=features["input_mask"])
 
     def train_loop(self, stage: str):
         """A tf.function running `num_steps` steps of `stage`; returns the mean loss."""
@@ -114,7 +104,7 @@ class _Training:
             step_fn = make_train_step(
                 self.model, self.optimizer, stage=stage, jit_compile=config.jit_compile,
                 gradient_accumulation_steps=config.gradient_accumulation_steps,
-                on_output=lambda features, output: self.update_metrics(self.metrics, features, output))
+                on_output=lambda features, output: update_metrics(self.metrics, features, output))
 
         def replica_step(features):
             return step_fn(features, self._seed(self.optimizer.iterations))
@@ -137,62 +127,6 @@ class _Training:
 
         self.loops[stage] = loop
         return loop
-
-    def _eval_step(self):
-        """The compiled evaluation step, traced once per batch shape (full and last partial)."""
-        if "eval" in self.loops:
-            return self.loops["eval"]
-
-        def replica_eval(features, batch):
-            seed = tf.random.experimental.stateless_fold_in(self.base_seed + 1, batch)  # fresh masks per batch
-            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-            output = self.model(features, training=False, seed=tf.random.experimental.stateless_fold_in(seed, replica))
-            self.update_metrics(self.eval_metrics, features, output)
-            self.eval_loss.update_state(output.loss)
-            self.eval_examples.update_state(tf.cast(tf.shape(features["input_ids"])[0], tf.float32))
-
-        @tf.function
-        def eval_step(features, batch):
-            self.strategy.run(replica_eval, args=(features, batch))
-
-        self.loops["eval"] = eval_step
-        return eval_step
-
-    def evaluate(self, dataset, num_steps: int) -> Dict[str, float]:
-        """The metrics and the loss over the held-out batches (at most `num_steps`), dropout off.
-
-        Every evaluation draws the same masks and samples (seeded by batch index), so the
-        values of successive evaluations are comparable. Adds `eval_examples` (examples seen),
-        `eval_batches` and `eval_complete` (1.0 when the whole held-out set was read).
-        """
-        for metric in (self.eval_metrics, self.eval_loss, self.eval_examples):
-            metric.reset_state()
-        eval_step = self._eval_step()
-        batches, iterator = 0, iter(dataset)
-        for features in iterator:
-            eval_step(features, tf.constant(batches, tf.int64))
-            batches += 1
-            if batches >= num_steps:
-                break
-        if batches == 0:
-            raise InputError("evaluation data is empty (check eval_tfrecords)")
-        complete = batches < num_steps or next(iterator, None) is None
-        return {"loss": float(self.eval_loss.result()), **self.eval_metrics.result(),
-                "eval_examples": int(self.eval_examples.result()), "eval_batches": batches,
-                "eval_complete": float(complete)}
-
-
-def _eval_summary(metrics: Dict[str, float]) -> str:
-    """One line: how much was evaluated, and the headline metrics over real tokens."""
-    seen = (f"{metrics['eval_examples']:,} held-out examples in {metrics['eval_batches']} batches"
-            + ("" if metrics["eval_complete"] else " (stopped at num_eval_steps: not the whole set)"))
-    shown = [f"generator accuracy {metrics['masked_lm_accuracy']:.3f}"]
-    if "disc_auc" in metrics:
-        shown += [f"sample = original {metrics['sampled_masked_lm_accuracy']:.3f}",
-                  f"real-token AUC {metrics['disc_auc']:.3f}",
-                  f"disc_loss {metrics['disc_loss']:.4f} (constant predictor "
-                  f"{metrics['disc_loss_constant_predictor']:.4f})"]
-    return f"{seen}: " + ", ".join(shown)
 
 
 def _stage(config: PretrainingConfig, step: int) -> str:
@@ -232,7 +166,7 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     if check_data is not None:
         check_data()
     if config.do_eval:
-        _check_eval_data(eval_dataset_fn)
+        check_eval_data(eval_dataset_fn)
     chief = distribution.is_chief(strategy)
     model_dir = prepare_model_dir(config, chief)
     with strategy.scope():
@@ -247,16 +181,7 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     training = _Training(config, strategy, model, optimizer)
     reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
     results: Dict[str, float] = {}
-    evaluate = None
-    if config.do_eval:
-        eval_dataset = strategy.distribute_datasets_from_function(eval_dataset_fn)
-
-        def evaluate() -> Dict[str, float]:
-            metrics = training.evaluate(eval_dataset, config.num_eval_steps)
-            step = int(optimizer.iterations.numpy())
-            reporter.scalars("eval", step, metrics)
-            print(f"evaluation at step {step}: {_eval_summary(metrics)}", file=reporter.stream, flush=True)
-            return metrics
+    evaluate = _evaluation(config, strategy, training, eval_dataset_fn, reporter) if config.do_eval else None
     if config.do_train:
         train_loss = _train(config, strategy, training, train_dataset_fn, model_dir, chief, reporter,
                             locate_damage, evaluate if config.eval_every_steps else None)
@@ -278,12 +203,19 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     return RunOutput(results, model)
 
 
-def _check_eval_data(eval_dataset_fn: DatasetFn) -> None:
-    """Refuses, before any training, a held-out set without a single example."""
-    for _ in eval_dataset_fn(tf.distribute.InputContext()).take(1):
-        return
-    raise InputError("evaluation data is empty: the eval_tfrecords files hold no example "
-                     "(build the data with a held-out share, or set do_eval to false)")
+def _evaluation(config, strategy, training: _Training, eval_dataset_fn: DatasetFn,
+                reporter: Reporter) -> Callable[[], Dict[str, float]]:
+    """evaluate() -> the held-out metrics now, also logged (TensorBoard `eval`) and printed."""
+    eval_dataset = strategy.distribute_datasets_from_function(eval_dataset_fn)
+
+    def evaluate() -> Dict[str, float]:
+        metrics = training.evaluator.evaluate(eval_dataset, config.num_eval_steps)
+        step = int(training.optimizer.iterations.numpy())
+        reporter.scalars("eval", step, metrics)
+        print(f"evaluation at step {step}: {eval_summary(metrics)}", file=reporter.stream, flush=True)
+        return metrics
+
+    return evaluate
 
 
 def _check_batch_sizes(config: PretrainingConfig, strategy) -> None:
@@ -332,7 +264,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     reporter.start(step)
     last_loss, loss_sum = math.nan, 0.0
     interrupt = interruption.Interruption(reporter.stream)
-    preemption = _preemption_handler(strategy, checkpoints, interrupt) if num_workers > 1 else None
+    preemption = interruption.preemption_handler(strategy, checkpoints, interrupt) if num_workers > 1 else None
     with interrupt:
         while step < config.num_train_steps:
             stage = _stage(config, step)
@@ -355,7 +287,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
             if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
                 checkpoints.save(step)
             if preemption is not None:  # every worker, at every boundary: TF agrees on the step to save
-                _quietly(preemption.save_checkpoint_if_preempted, step=step)
+                interruption.quietly(preemption.save_checkpoint_if_preempted, step=step)
             elif interrupt.requested:
                 raise interrupt.stop(step, checkpoints.save(step))
             if evaluate is not None and step % config.eval_every_steps == 0 and step < config.num_train_steps:
@@ -398,44 +330,6 @@ def _first_line(error: tf.errors.OpError) -> str:
     if gist.endswith(":") and kept[0] + 1 < len(lines):  # "tasks are unhealthy ...:" and then which
         gist += " " + lines[kept[0] + 1]
     return gist.split("}} ")[-1].split(" [Op:")[0].split(" [[")[0]
-
-
-def _quietly(function, **kwargs):
-    """Calls `function` with TensorFlow's Python warnings off: the preemption handler warns that its
-    own `total_run_calls`, which it calls when it saves, is deprecated."""
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel("ERROR")
-    try:
-        return function(**kwargs)
-    finally:
-        logger.setLevel(level)
-
-
-def _preemption_handler(strategy, checkpoints: checkpointing.Checkpoints, interrupt: interruption.Interruption):
-    """TensorFlow's `PreemptionCheckpointHandler` for a multi-worker run: when any worker is
-    signalled, every worker saves at the same step and stops.
-
-    It saves through `checkpoints.save` (the chief into the model dir) and stops by raising
-    `TrainingInterrupted`. It installs its SIGTERM handler itself; `interrupt` calls that one for
-    SIGTERM and SIGINT, and SIGTERM's previous handler is put back, so that outside training SIGTERM
-    ends the process as usual."""
-    saved = {}
-
-    def save(step):
-        checkpoints.save(step)
-        saved["step"] = step
-
-    def stop():
-        raise interrupt.stop(saved["step"], checkpoints.path(saved["step"]))
-
-    previous = signal.getsignal(signal.SIGTERM)
-    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, checkpoints.manager,
-        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=stop, save_fn=save))
-    interrupt.notify = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, previous)
-    return handler
 
 
 def _learning_rate(optimizer) -> tf.Tensor:
