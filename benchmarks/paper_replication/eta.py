@@ -31,7 +31,7 @@ class Estimator:
                 flops = result["steps_timed"] * unit.params["flops_per_step"]
                 self.run_rates.setdefault(unit.params["run"], []).append(flops / result["seconds"])
             elif unit.kind == "throughput":
-                steps_per_second = result["examples_per_second"] / unit.params["hparams"]["train_batch_size"]
+                steps_per_second = result["examples_per_machine_second"] / unit.params["hparams"]["train_batch_size"]
                 self.run_rates.setdefault(unit.id, []).append(steps_per_second * unit.params["flops_per_step"])
             elif unit.kind == "eval":
                 self.eval_seconds.append(result["seconds"])

@@ -41,8 +41,9 @@ def _run_summary(ctx: Context, run: Run, tasks) -> dict:
         segment = ctx.result(f"s{run.stage}/{run.name}/pretrain/{step}") or {}
         evaluation = ctx.result(f"s{run.stage}/{run.name}/eval/{step}") or {}
         checkpoints.append({"step": step, "flops": segment.get("flops"), "eval": evaluation.get("metrics"),
-                            "seconds": sum((ctx.result(f"s{run.stage}/{run.name}/pretrain/{k}") or {}).get("seconds", 0)
-                                           for k in run.probe_steps if k <= step) or None,
+                            "machine_seconds": sum(
+                                (ctx.result(f"s{run.stage}/{run.name}/pretrain/{k}") or {}).get("machine_seconds", 0)
+                                for k in run.probe_steps if k <= step) or None,
                             "tokens_per_second": segment.get("tokens_per_second"),
                             **_tasks_summary(ctx, f"s{run.stage}/{run.name}/ft/{step}", tasks)})
     return {**dataclasses.asdict(run), "checkpoints": checkpoints}
@@ -66,7 +67,7 @@ def extrapolation(stage: dict, margin: float) -> List[str]:
         if len(points) < 2:
             continue
         slope, intercept = _line(points)
-        rate = [p["flops"] / p["seconds"] for p in run["checkpoints"] if p.get("seconds")]
+        rate = [p["flops"] / p["machine_seconds"] for p in run["checkpoints"] if p.get("machine_seconds")]
         if slope <= 0:
             lines.append(f"{run['name']}: the gain does not grow with FLOPs ({slope:+.2f} points per 10x): "
                          "no extrapolation")

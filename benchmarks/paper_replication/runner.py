@@ -8,6 +8,7 @@ with exit code 1 when a worker fails (its log's last lines are printed; rerunnin
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -55,6 +56,7 @@ class RunLock:
                              f"pause it with kill -STOP -{current['pgid']}, resume with kill -CONT -{current['pgid']}")
         if os.getpgrp() != os.getpid():
             os.setpgid(0, 0)  # its own process group, so kill -STOP -<pgid> pauses it and its workers only
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the worker is stopped, this file removed
         write_json(self.path, {"pid": os.getpid(), "pgid": os.getpgrp(), "started": time.time()})
         return self
 
@@ -147,9 +149,14 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(ctx.output_dir):
         prepare_glue(ctx)
-        announced, ran = set(), 0
+        announced, reported, ran = set(), set(), 0
         while True:
             plans = plan_all(ctx, last_stage)
+            for number, plan in enumerate(plans, 1):
+                if number not in announced:
+                    announced.add(number)
+                    skipped = len(plan.units) - len(ctx.pending(plan.units))
+                    print(Stage(ctx, plans, number).line(f"{skipped} units finished earlier (skipped)"), flush=True)
             current = next((n for n, plan in enumerate(plans, 1) if ctx.pending(plan.units)), None)
             if current is None:
                 on_stage_done(ctx)
@@ -160,12 +167,9 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                     print(f"stopped after stage {len(plans)}: " + "; ".join(plans[-1].notes), flush=True)
                 return 0
             stage = Stage(ctx, plans, current)
-            if current not in announced:
-                announced.add(current)
-                skipped = len(stage.units) - len(ctx.pending(stage.units))
-                print(stage.line(f"{skipped} units finished earlier (skipped)"), flush=True)
-                if current > 1:
-                    on_stage_done(ctx)
+            if current > 1 and current not in reported:
+                reported.add(current)
+                on_stage_done(ctx)  # the previous stage's results
             limit = BATCH_UNITS if max_units is None else min(BATCH_UNITS, max_units - ran)
             batch = _batch(ctx.pending(stage.units), limit)
             if not batch:

@@ -34,15 +34,20 @@ def step_flops(ctx: Context, objective: str, vocab: str) -> float:
 
 
 def _seconds(ctx: Context, units: Sequence[Unit]) -> float:
-    return sum((ctx.result(u.id) or {}).get("seconds", 0.0) for u in units)
+    """Machine seconds (CPU time / cores: the time on the machine alone) the units took."""
+    return sum(_machine(ctx.result(u.id) or {}) for u in units)
+
+
+def _machine(result: dict) -> float:
+    return result.get("machine_seconds", result.get("seconds", 0.0))
 
 
 def seconds_per_pass(ctx: Context, units: Sequence[Unit]) -> Optional[float]:
-    """Measured fine-tuning seconds per training example seen, over the finished trials."""
+    """Measured fine-tuning machine seconds per training example seen, over the finished trials."""
     done = [(ctx.result(u.id), u.params["task"]) for u in units if u.kind == "finetune" and ctx.result(u.id)]
     if not done:
         return None
-    return sum(r["seconds"] for r, _ in done) / sum(train_passes(ctx, task) for _, task in done)
+    return sum(_machine(r) for r, _ in done) / sum(train_passes(ctx, task) for _, task in done)
 
 
 def _all_done(ctx: Context, units: Sequence[Unit]) -> bool:
@@ -80,8 +85,9 @@ def throughput_unit(ctx: Context, stage: int, objective: str, vocab: str, learni
 
 
 def tokens_per_second(ctx: Context, stage: int, objective: str, vocab: str) -> Optional[float]:
+    """The throughput unit's tokens per machine second (what the machine does alone)."""
     result = ctx.result(f"s{stage}/throughput/{objective}_{vocab}")
-    return None if result is None else result["tokens_per_second"]
+    return None if result is None else result["tokens_per_machine_second"]
 
 
 def transfer_gains(ctx: Context, run: Run, stage: int = 1) -> Optional[Dict[str, float]]:

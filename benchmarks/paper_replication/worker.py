@@ -11,6 +11,7 @@ one go: a watcher thread copies each probe checkpoint aside as soon as TensorFlo
 
 import io
 import json
+import os
 import re
 import shutil
 import statistics
@@ -22,25 +23,39 @@ from pathlib import Path
 from electra_tf.cli import use_pooled_cpu_allocator
 from paper_replication.store import Store
 
-PROGRESS_RATE = re.compile(r"\| ([\d,.]+) examples/s \|")
+PROGRESS_STEP = re.compile(r"^step (\d+)/")
+CORES = os.cpu_count() or 1
+
+
+def machine_seconds() -> float:
+    """This process's CPU time (its finished children's included) over the machine's cores: the wall
+    time its work would take on the machine alone. Budgets and the cap count these, so a shared
+    machine does not shrink them."""
+    times = os.times()
+    return (times.user + times.system + times.children_user + times.children_system) / CORES
 
 
 class Tee(io.TextIOBase):
-    """Writes to stdout and keeps the lines, to read the logged examples/s back."""
+    """Writes to stdout and notes, for each progress line, its step and the machine seconds so far."""
 
     def __init__(self):
-        self.lines = []
+        self.marks = []  # (step, machine seconds)
 
     def write(self, text):
         sys.stdout.write(text)
-        self.lines.extend(line for line in text.splitlines() if line)
+        for line in text.splitlines():
+            found = PROGRESS_STEP.match(line)
+            if found:
+                self.marks.append((int(found.group(1)), machine_seconds()))
         return len(text)
 
     def flush(self):
         sys.stdout.flush()
 
-    def rates(self):
-        return [float(m.group(1).replace(",", "")) for m in map(PROGRESS_RATE.search, self.lines) if m]
+    def steps_per_second(self, start: int = 0):
+        """Steps per machine second of each logged interval from mark `start` on."""
+        pairs = zip(self.marks[start:], self.marks[start + 1:])
+        return [(b[0] - a[0]) / (b[1] - a[1]) for a, b in pairs if b[1] > a[1] and b[0] > a[0]]
 
 
 def _mark(event: str, unit_id: str, seconds: float = 0.0) -> None:
@@ -92,11 +107,11 @@ def do_throughput(params: dict, output_dir: Path) -> dict:
     shutil.rmtree(hparams["model_dir"], ignore_errors=True)
     tee = Tee()
     _pretraining(hparams, tee)
-    rates = tee.rates()[1:]  # the first interval includes tracing
-    examples = statistics.median(rates)
+    rates = tee.steps_per_second()  # between progress lines: tracing (before the first) left out
+    examples = statistics.median(rates) * hparams["train_batch_size"]
     shutil.rmtree(hparams["model_dir"], ignore_errors=True)
-    return {"examples_per_second": examples, "tokens_per_second": examples * hparams["max_seq_length"],
-            "objective": hparams["objective"], "intervals": rates}
+    return {"examples_per_machine_second": examples, "tokens_per_machine_second": examples * hparams["max_seq_length"],
+            "objective": hparams["objective"], "steps_per_machine_second": rates, "cores": CORES}
 
 
 def _checkpoint_written(model_dir: Path, step: int) -> bool:
@@ -132,7 +147,7 @@ def do_pretrain(units: list, store: Store) -> None:
         if resumed > step and not _checkpoint_written(model_dir, step):
             raise RuntimeError(f"{unit['id']}: {model_dir} is past step {step} and its checkpoint is gone; "
                                f"delete {model_dir} to pretrain this run again")
-    state = {"start": time.monotonic(), "from": resumed, "rates": 0}
+    state = {"start": time.monotonic(), "machine": machine_seconds(), "from": resumed}
     tee = Tee()
     _mark("start", pending[0]["id"])
 
@@ -141,16 +156,15 @@ def do_pretrain(units: list, store: Store) -> None:
             unit = pending.pop(0)
             params, step = unit["params"], unit["params"]["step"]
             _copy_probe(model_dir, step, Path(params["probe"]))
-            seconds = time.monotonic() - state["start"]
+            seconds, machine = time.monotonic() - state["start"], machine_seconds() - state["machine"]
             steps = step - max(state["from"], params["from_step"])
-            rates = tee.rates()[state["rates"]:]
             store.write(unit["id"], {
-                "step": step, "seconds": seconds, "steps_timed": steps,
+                "step": step, "seconds": seconds, "machine_seconds": machine, "steps_timed": steps,
                 "tokens_per_second": steps * params["tokens_per_step"] / seconds if steps > 0 else None,
-                "logged_examples_per_second": statistics.median(rates) if rates else None,
+                "tokens_per_machine_second": steps * params["tokens_per_step"] / machine if steps > 0 else None,
                 "flops": step * params["flops_per_step"]})
             _mark("end", unit["id"], seconds)
-            state.update(start=time.monotonic(), **{"from": step, "rates": len(tee.rates())})
+            state.update(start=time.monotonic(), machine=machine_seconds(), **{"from": step})
             if pending:
                 _mark("start", pending[0]["id"])
 
@@ -240,10 +254,10 @@ def main(spec_path: str) -> int:
             index += len(group)
             continue
         _mark("start", unit["id"])
-        start = time.monotonic()
+        start, machine = time.monotonic(), machine_seconds()
         result = HANDLERS[unit["kind"]](unit["params"], output_dir)
         seconds = time.monotonic() - start
-        store.write(unit["id"], {**result, "seconds": seconds})
+        store.write(unit["id"], {**result, "seconds": seconds, "machine_seconds": machine_seconds() - machine})
         _mark("end", unit["id"], seconds)
         index += 1
     return 0
