@@ -71,9 +71,13 @@ class Context:
         return train, files[-held:]
 
     def vocab_file(self, vocab: str) -> Path:
+        """BERT's vocab, or the learned one: committed in the results dir, with a copy in the output
+        dir (so a checkout without the commit still finds the vocab its data was built with)."""
         if vocab == "bert":
             return self.shared_data / "vocab" / "vocab.txt"
-        return self.results_dir / "vocab" / f"learned_{self.settings.learned_vocab_size}.txt"
+        name = f"learned_{self.settings.learned_vocab_size}.txt"
+        committed, copy = self.results_dir / "vocab" / name, self.output_dir / "data" / name
+        return copy if copy.exists() and not committed.exists() else committed
 
     def vocab_size(self, vocab: str) -> Optional[int]:
         path = self.vocab_file(vocab)

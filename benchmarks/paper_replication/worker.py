@@ -75,6 +75,7 @@ def do_vocab(params: dict, output_dir: Path) -> dict:
     corpus = _links(output_dir / "data" / "corpus_train", params["corpus"])
     summary = build_vocab(VocabOptions(corpus=[str(corpus)], output=params["output"], vocab_size=params["vocab_size"],
                                        input_format="wikiextractor", overwrite=True, quiet=True))
+    shutil.copyfile(params["output"], output_dir / "data" / Path(params["output"]).name)  # see Context.vocab_file
     return {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
 
 
