@@ -27,7 +27,7 @@ class Estimator:
             result = ctx.result(unit.id)
             if result is None:
                 continue
-            if unit.kind == "pretrain" and result.get("steps_timed"):
+            if unit.kind == "pretrain" and result.get("steps_timed") and result["seconds"] > 1:
                 flops = result["steps_timed"] * unit.params["flops_per_step"]
                 self.run_rates.setdefault(unit.params["run"], []).append(flops / result["seconds"])
             elif unit.kind == "throughput":

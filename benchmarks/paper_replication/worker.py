@@ -161,8 +161,8 @@ def do_pretrain(units: list, store: Store) -> None:
             steps = step - max(state["from"], params["from_step"])
             store.write(unit["id"], {
                 "step": step, "seconds": seconds, "machine_seconds": machine, "steps_timed": steps,
-                "tokens_per_second": steps * params["tokens_per_step"] / seconds if steps > 0 else None,
-                "tokens_per_machine_second": steps * params["tokens_per_step"] / machine if steps > 0 else None,
+                "tokens_per_second": steps * params["tokens_per_step"] / seconds if steps > 0 < seconds else None,
+                "tokens_per_machine_second": steps * params["tokens_per_step"] / machine if steps > 0 < machine else None,
                 "flops": step * params["flops_per_step"]})
             _mark("end", unit["id"], seconds)
             state.update(start=time.monotonic(), machine=machine_seconds(), **{"from": step})
