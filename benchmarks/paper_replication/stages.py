@@ -128,6 +128,7 @@ def plan_stage1(ctx: Context) -> StagePlan:
     for pilot in s.pilots:
         run = pilot_run(ctx, pilot, s.pilot_fractions)
         plan.runs.append(run)
+        plan.notes.append(describe(ctx, run, pilot.hours))
         _pilot_units(ctx, run, units)
         gains[pilot.name] = transfer_gains(ctx, run)
         if gains[pilot.name] is None:
@@ -144,6 +145,7 @@ def plan_stage1(ctx: Context) -> StagePlan:
     best = max(s.pilots, key=lambda p: statistics.fmean(gains[p.name].values()))
     run = pilot_run(ctx, Pilot("c", best.vocab, best.learning_rate, s.pilot_c_hours), s.pilot_fractions)
     plan.runs.append(run)
+    plan.notes.append(describe(ctx, run, s.pilot_c_hours))
     _pilot_units(ctx, run, units)
     gains["c"] = transfer_gains(ctx, run)
     if gains["c"] is None:
@@ -162,6 +164,13 @@ def plan_stage1(ctx: Context) -> StagePlan:
 def pilot_run(ctx: Context, pilot: Pilot, fractions) -> Run:
     return schedule(ctx.settings, pilot.hours, tokens_per_second(ctx, 1, "bert", pilot.vocab), f"pilot_{pilot.name}",
                     1, "bert", pilot.vocab, pilot.learning_rate, fractions)
+
+
+def describe(ctx: Context, run: Run, hours: float) -> str:
+    s = ctx.settings
+    return (f"{run.name}: {run.objective}, {run.vocab} vocab ({ctx.vocab_size(run.vocab):,} tokens), "
+            f"lr {run.learning_rate:g}, {run.steps:,} steps of {s.batch} x {s.seq} (~{hours:g} machine hours), warm-up "
+            f"{int(round(s.warmup_fraction * run.steps))}, checkpoints at {', '.join(map(str, run.probe_steps))}")
 
 
 def _fmt(gains: Dict[str, float]) -> str:

@@ -159,10 +159,11 @@ def do_pretrain(units: list, store: Store) -> None:
             _copy_probe(model_dir, step, Path(params["probe"]))
             seconds, machine = time.monotonic() - state["start"], machine_seconds() - state["machine"]
             steps = step - max(state["from"], params["from_step"])
+            tokens = steps * params["tokens_per_step"]
             store.write(unit["id"], {
                 "step": step, "seconds": seconds, "machine_seconds": machine, "steps_timed": steps,
-                "tokens_per_second": steps * params["tokens_per_step"] / seconds if steps > 0 < seconds else None,
-                "tokens_per_machine_second": steps * params["tokens_per_step"] / machine if steps > 0 < machine else None,
+                "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
+                "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
                 "flops": step * params["flops_per_step"]})
             _mark("end", unit["id"], seconds)
             state.update(start=time.monotonic(), machine=machine_seconds(), **{"from": step})
