@@ -107,14 +107,15 @@ def read_model_dir(model_dir, prefix: Optional[str] = None):
     prefix = prefix or latest_checkpoint(model_dir)
     with_optimizer = any(key.startswith("optimizer/") for key in read_checkpoint(prefix))  # also checks it reads
     built = build(config, vocab_file)
-    trackables = {"model": built.model}
-    if with_optimizer:
-        trackables["optimizer"] = built.tracked_optimizer
     try:
-        tf.train.Checkpoint(**trackables).read(prefix).assert_existing_objects_matched().expect_partial()
+        tf.train.Checkpoint(model=built.model).read(prefix).assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         raise InputError(f"checkpoint {prefix} does not match the model of {model_dir / CONFIG_FILE}: "
                          f"{str(error).splitlines()[0]}") from None
+    if with_optimizer:
+        # The slots the run created; a variable its objective never trained (replace_mlm's unused
+        # discriminator head) has none in the checkpoint, and keeps zeros, as training would.
+        tf.train.Checkpoint(model=built.model, optimizer=built.tracked_optimizer).read(prefix).expect_partial()
     return config, weights_of(built, with_optimizer)
 
 

@@ -1,0 +1,58 @@
+"""Estimated seconds of pending units, from what finished units measured (priors until then).
+
+Pretraining segments: their steps x FLOPs per step / the FLOP rate measured by finished segments of
+the same run, else by any pretraining on this machine (segments and throughput runs), else a prior.
+Fine-tuning trials: training examples seen x the measured seconds per example. Evaluations: the
+mean measured. Everything else: fixed priors (a few minutes at most).
+"""
+
+import statistics
+from typing import Dict, List, Optional, Sequence
+
+from paper_replication.units import Context, Unit, train_passes
+
+PRIORS = {"vocab": 300.0, "build": 900.0, "throughput": 180.0, "eval": 60.0, "finetune": 120.0, "export": 30.0}
+PRIOR_FLOPS_PER_SECOND = 3e10
+
+
+class Estimator:
+    """Measured rates over a set of units (all stages planned so far)."""
+
+    def __init__(self, ctx: Context, units: Sequence[Unit]):
+        self.ctx = ctx
+        self.run_rates: Dict[str, List[float]] = {}
+        self.eval_seconds: List[float] = []
+        passes, finetune_seconds = 0, 0.0
+        for unit in units:
+            result = ctx.result(unit.id)
+            if result is None:
+                continue
+            if unit.kind == "pretrain" and result.get("steps_timed") and result["seconds"] > 1:
+                flops = result["steps_timed"] * unit.params["flops_per_step"]
+                self.run_rates.setdefault(unit.params["run"], []).append(flops / result["seconds"])
+            elif unit.kind == "throughput":
+                steps_per_second = result["examples_per_machine_second"] / unit.params["hparams"]["train_batch_size"]
+                self.run_rates.setdefault(unit.id, []).append(steps_per_second * unit.params["flops_per_step"])
+            elif unit.kind == "eval":
+                self.eval_seconds.append(result["seconds"])
+            elif unit.kind == "finetune":
+                passes += train_passes(ctx, unit.params["task"])
+                finetune_seconds += result["seconds"]
+        self.seconds_per_pass: Optional[float] = finetune_seconds / passes if passes else None
+        rates = [r for values in self.run_rates.values() for r in values]
+        self.flops_per_second = statistics.median(rates) if rates else PRIOR_FLOPS_PER_SECOND
+
+    def seconds(self, unit: Unit) -> float:
+        params = unit.params
+        if unit.kind == "pretrain":
+            rates = self.run_rates.get(params["run"])
+            rate = statistics.median(rates) if rates else self.flops_per_second
+            return (params["step"] - params["from_step"]) * params["flops_per_step"] / rate
+        if unit.kind == "finetune" and self.seconds_per_pass is not None:
+            return train_passes(self.ctx, params["task"]) * self.seconds_per_pass
+        if unit.kind == "eval" and self.eval_seconds:
+            return statistics.fmean(self.eval_seconds)
+        return PRIORS[unit.kind]
+
+    def total(self, units: Sequence[Unit]) -> float:
+        return sum(self.seconds(u) for u in units)

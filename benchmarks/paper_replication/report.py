@@ -1,0 +1,250 @@
+"""results.json, table.md and the PNGs, regenerated from the unit results (`--report`, and after
+every stage). Nothing here decides anything: it reads what the units measured.
+
+Cells are "median (min-max)" over the fine-tuning seeds; a task's score is GLUE's (MCC for CoLA,
+accuracy/F1 mean for MRPC, Pearson/Spearman mean for STS-B, accuracy otherwise) and the GLUE
+average is the mean of the tasks' medians.
+"""
+
+import dataclasses
+import math
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from paper_replication.stages import StagePlan, plan_all
+from paper_replication.store import write_json
+from paper_replication.units import GLUE_FOLDERS, Context, Run, seed_scores
+
+# Paper Table 5 (GLUE dev, base size): the ranking the ablations are compared with.
+PAPER_TABLE5 = {"electra": 85.0, "all_tokens_mlm": 84.3, "replace_mlm": 82.4, "electra_15": 82.4, "bert": 82.2}
+
+
+def _summary(ctx: Context, prefix: str, task: str) -> Optional[dict]:
+    scores = seed_scores(ctx, prefix, task)
+    if not scores:
+        return None
+    return {"seeds": scores, "median": statistics.median(scores), "min": min(scores), "max": max(scores),
+            "spread": max(scores) - min(scores), "n": len(scores)}
+
+
+def _tasks_summary(ctx: Context, prefix: str, tasks) -> dict:
+    summaries = {task: _summary(ctx, prefix, task) for task in tasks}
+    complete = all(s is not None and s["n"] == len(ctx.settings.seeds) for s in summaries.values())
+    average = statistics.fmean(s["median"] for s in summaries.values()) if complete else None
+    return {"tasks": summaries, "average": average}
+
+
+def _run_summary(ctx: Context, run: Run, tasks) -> dict:
+    checkpoints = []
+    for step in run.probe_steps:
+        segment = ctx.result(f"s{run.stage}/{run.name}/pretrain/{step}") or {}
+        evaluation = ctx.result(f"s{run.stage}/{run.name}/eval/{step}") or {}
+        checkpoints.append({"step": step, "flops": segment.get("flops"), "eval": evaluation.get("metrics"),
+                            "machine_seconds": sum(
+                                (ctx.result(f"s{run.stage}/{run.name}/pretrain/{k}") or {}).get("machine_seconds", 0)
+                                for k in run.probe_steps if k <= step) or None,
+                            "tokens_per_second": segment.get("tokens_per_second"),
+                            **_tasks_summary(ctx, f"s{run.stage}/{run.name}/ft/{step}", tasks)})
+    return {**dataclasses.asdict(run), "checkpoints": checkpoints}
+
+
+GPU_FLOPS_PER_SECOND = 5e12  # assumed: one V100-class GPU sustaining about a third of its float32 peak
+
+
+def extrapolation(stage: dict, margin: float) -> List[str]:
+    """Where each pilot's mean gain over random init (a line in log10 FLOPs through its checkpoints)
+    would reach the decision margin, and what that costs here and on one GPU."""
+    lines = []
+    random = stage["random_init"]
+    for run in stage["runs"]:
+        base = random.get(run["vocab"], {}).get("tasks", {})
+        points = []
+        for point in run["checkpoints"]:
+            if point["flops"] and all(point["tasks"].get(t) and base.get(t) for t in stage["tasks"]):
+                gain = statistics.fmean(point["tasks"][t]["median"] - base[t]["median"] for t in stage["tasks"])
+                points.append((math.log10(point["flops"]), gain))
+        if len(points) < 2:
+            continue
+        slope, intercept = _line(points)
+        rate = [p["flops"] / p["machine_seconds"] for p in run["checkpoints"] if p.get("machine_seconds")]
+        if slope <= 0:
+            lines.append(f"{run['name']}: the gain does not grow with FLOPs ({slope:+.2f} points per 10x): "
+                         "no extrapolation")
+            continue
+        needed = 10 ** ((margin - intercept) / slope)
+        here = f", {needed / statistics.median(rate) / 3600:.0f} h on this machine" if rate else ""
+        lines.append(f"{run['name']}: gain {slope:+.2f} points per 10x FLOPs; the {margin:g}-point margin at "
+                     f"~{needed:.2e} FLOPs{here}, ~{needed / GPU_FLOPS_PER_SECOND / 3600:.1f} h on one GPU "
+                     f"(assumed {GPU_FLOPS_PER_SECOND:.0e} FLOP/s); the same command runs there, its hours "
+                     "turned into steps by the GPU's measured speed")
+    return lines
+
+
+def _line(points):
+    xs, ys = zip(*points)
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs)
+    return slope, mean_y - slope * mean_x
+
+
+def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
+    s = ctx.settings
+    stages = []
+    for number, plan in enumerate(plans, 1):
+        tasks = s.probe_tasks if number == 1 else s.glue_tasks
+        vocabs = dict.fromkeys(run.vocab for run in plan.runs)
+        random = {vocab: _tasks_summary(ctx, f"s{number}/random_{vocab}/ft", tasks) for vocab in vocabs} \
+            if number < 3 else {}
+        stages.append({"stage": number, "complete": plan.complete and not ctx.pending(plan.units),
+                       "notes": plan.notes, "budget": plan.budget, "tasks": list(tasks),
+                       "regime": plan.regime.name if plan.regime else None, "random_init": random,
+                       "runs": [_run_summary(ctx, run, tasks) for run in plan.runs]})
+    if plans[0].complete and plans[0].regime is None:
+        stages[0]["extrapolation"] = extrapolation(stages[0], s.transfer_margin)
+        stages[0]["notes"] = stages[0]["notes"] + stages[0]["extrapolation"]
+    return {"quick": s.quick, "settings": dataclasses.asdict(s), "stages": stages}
+
+
+def _cell(summary: Optional[dict]) -> str:
+    if summary is None:
+        return "–"
+    if summary["n"] == 1:
+        return f"{summary['median']:.1f}"
+    return f"{summary['median']:.1f} ({summary['min']:.1f}–{summary['max']:.1f})"
+
+
+def _num(value, digits=3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _loss(metrics: dict) -> str:
+    if "disc_loss" not in metrics:
+        return "–"
+    return f"{metrics['disc_loss']:.4f} ({_num(metrics.get('disc_loss_constant_predictor'), 4)})"
+
+
+def _header(columns: List[str]) -> List[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def _final_table(rows: List[tuple], tasks, paper: bool = False) -> List[str]:
+    """rows: (name, steps, flops, tasks summary); one row each, ranked by GLUE average."""
+    columns = ["model", "steps", "FLOPs"] + [GLUE_FOLDERS[t] for t in tasks] + ["GLUE avg"] + (
+        ["paper Table 5"] if paper else [])
+    lines = _header(columns)
+    ranked = sorted(rows, key=lambda r: -(r[3]["average"] if r[3]["average"] is not None else -1e9))
+    for name, steps, flops, summary in ranked:
+        cells = [name, str(steps), "–" if flops is None else f"{flops:.2e}"]
+        cells += [_cell(summary["tasks"][t]) for t in tasks] + [_num(summary["average"], 2)]
+        if paper:
+            cells.append(str(PAPER_TABLE5.get(name, "–")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _final_rows(stage: dict) -> List[tuple]:
+    rows = []
+    for run in stage["runs"]:
+        last = run["checkpoints"][-1]
+        rows.append((run["objective"], run["steps"], last["flops"], last))
+    return rows
+
+
+def write_table(results: dict, path: Path) -> None:
+    lines = ["# Paper replication (issue #17): ELECTRA vs. MLM at equal pretraining FLOPs", ""]
+    if results["quick"]:
+        lines += ["**--quick settings: a tiny model for a handful of steps; the numbers mean nothing.**", ""]
+    lines += ["Cells: median over the fine-tuning seeds (min–max). GLUE avg: mean of the task medians.", ""]
+    for stage in results["stages"]:
+        tasks = stage["tasks"]
+        title = {1: "Stage 1: the regime (BERT-MLM pilots against random init)",
+                 2: "Stage 2: ELECTRA vs. BERT at equal FLOPs (GLUE dev)",
+                 3: "Stage 3: the ablations (Table 5 as measured)"}[stage["stage"]]
+        lines += [f"## {title}", ""]
+        if stage["stage"] == 1:
+            lines += _header(["pilot", "vocab", "lr", "step", "FLOPs", "held-out MLM acc"]
+                             + [GLUE_FOLDERS[t] for t in tasks] + ["mean"])
+            for run in stage["runs"]:
+                for point in run["checkpoints"]:
+                    metrics = point["eval"] or {}
+                    lines.append("| " + " | ".join(
+                        [run["name"], run["vocab"], f"{run['learning_rate']:g}", str(point["step"]),
+                         "–" if point["flops"] is None else f"{point['flops']:.2e}",
+                         _num(metrics.get("masked_lm_accuracy"))] + [_cell(point["tasks"][t]) for t in tasks]
+                        + [_num(point["average"], 2)]) + " |")
+            for vocab, summary in stage["random_init"].items():
+                lines.append("| " + " | ".join([f"random init ({vocab})", vocab, "–", "0", "0", "–"]
+                                               + [_cell(summary["tasks"][t]) for t in tasks]
+                                               + [_num(summary["average"], 2)]) + " |")
+        else:
+            rows = _final_rows(stage)
+            if stage["stage"] == 3 and not any(r["objective"] == "electra" for r in stage["runs"]):
+                rows += _final_rows(results["stages"][1])  # at stage 2's budget: its electra and bert
+            for vocab, summary in stage["random_init"].items():
+                rows.append((f"random init ({vocab})", 0, 0.0, summary))
+            lines += _final_table(rows, tasks, paper=stage["stage"] == 3)
+            lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "
+                          "predictor's):", ""]
+            lines += _header(["model", "step", "FLOPs", "GLUE avg", "held-out AUC", "disc loss (constant)",
+                              "held-out MLM acc"])
+            for run in stage["runs"]:
+                for point in run["checkpoints"]:
+                    metrics = point["eval"] or {}
+                    lines.append("| " + " | ".join([run["objective"], str(point["step"]),
+                                                    "–" if point["flops"] is None else f"{point['flops']:.2e}",
+                                                    _num(point["average"], 2), _num(metrics.get("disc_auc")),
+                                                    _loss(metrics), _num(metrics.get("masked_lm_accuracy"))]) + " |")
+        lines += [""] + [f"- {note}" for note in stage["notes"]] + [""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def write_plots(results: dict, directory: Path) -> List[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for stage in results["stages"][1:]:
+        for run in stage["runs"]:
+            points = [(p["flops"], p["average"]) for p in run["checkpoints"] if p["average"] is not None and p["flops"]]
+            if points:
+                axis.plot(*zip(*points), marker="o", label=f"{run['objective']} (stage {stage['stage']})")
+        for vocab, summary in stage["random_init"].items():
+            if summary["average"] is not None:
+                axis.axhline(summary["average"], linestyle="--", color="grey", label="random init")
+    axis.set(xlabel="pretraining FLOPs", ylabel="GLUE dev average", title="GLUE average against pretraining FLOPs")
+    if axis.lines:
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    written.append(directory / "glue_vs_flops.png")
+    figure.savefig(written[-1], dpi=100)
+    plt.close(figure)
+    figure, (auc, mlm) = plt.subplots(1, 2, figsize=(10, 4))
+    for stage in results["stages"]:
+        for run in stage["runs"]:
+            for axis, key in ((auc, "disc_auc"), (mlm, "masked_lm_accuracy")):
+                points = [(p["step"], p["eval"][key]) for p in run["checkpoints"] if p["eval"] and key in p["eval"]]
+                if points:
+                    axis.plot(*zip(*points), marker="o", label=f"{run['name']}")
+    auc.set(xlabel="step", ylabel="held-out AUC (real tokens)", title="discriminator")
+    mlm.set(xlabel="step", ylabel="held-out MLM accuracy", title="generator (bert: the model itself)")
+    for axis in (auc, mlm):
+        if axis.lines:
+            axis.legend(fontsize=7)
+    figure.tight_layout()
+    written.append(directory / "pretraining_curves.png")
+    figure.savefig(written[-1], dpi=100)
+    plt.close(figure)
+    return written
+
+
+def write_report(ctx: Context) -> Dict[str, Path]:
+    """Regenerates results.json, table.md and the PNGs in the results dir."""
+    results = build_results(ctx, plan_all(ctx))
+    ctx.results_dir.mkdir(parents=True, exist_ok=True)
+    write_json(ctx.results_dir / "results.json", results)
+    write_table(results, ctx.results_dir / "table.md")
+    plots = write_plots(results, ctx.results_dir)
+    return {"results": ctx.results_dir / "results.json", "table": ctx.results_dir / "table.md",
+            **{p.stem: p for p in plots}}

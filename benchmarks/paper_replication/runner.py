@@ -1,0 +1,214 @@
+"""Runs the stages: plan, run the pending units in a worker subprocess, relay progress, plan again.
+
+Stops when every planned stage is done, when a stage's decision ends the run (no regime), or
+with exit code 1 when a worker fails (its log's last lines are printed; rerunning resumes).
+`--status` plans without running anything (no TensorFlow import).
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from electra_tf.progress import format_duration as duration
+from paper_replication.eta import Estimator
+from paper_replication.stages import StagePlan, plan_all
+from paper_replication.store import write_json
+from paper_replication.units import GLUE_FOLDERS, Context, Unit
+
+BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
+
+
+def prepare_glue(ctx: Context) -> None:
+    """<output>/glue: the GLUE folders linked, SST-2's train set replaced by its fixed subsample."""
+    for task, folder in GLUE_FOLDERS.items():
+        source, target = ctx.shared_data / "glue" / folder, ctx.glue_dir / folder
+        target.mkdir(parents=True, exist_ok=True)
+        for path in source.iterdir():
+            link = target / path.name
+            if task == "sst" and path.name == "train.tsv":
+                continue
+            if not link.exists():
+                link.symlink_to(path)
+        if task == "sst" and not (target / "train.tsv").exists():
+            header, *rows = (source / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+            keep = sorted(random.Random(0).sample(range(len(rows)), ctx.settings.sst_subsample))
+            temporary = target / "train.tsv.tmp"
+            temporary.write_text(header + "".join(rows[i] for i in keep), encoding="utf-8")
+            temporary.replace(target / "train.tsv")
+
+
+class RunLock:
+    """`<output>/run.pid` ({"pid", "pgid"}) while a run is active; refuses a second run."""
+
+    def __init__(self, output_dir: Path):
+        self.path = output_dir / "run.pid"
+
+    def __enter__(self):
+        current = json.loads(self.path.read_text()) if self.path.exists() else None
+        if current and current["pid"] != os.getpid() and _alive(current["pid"]):
+            raise SystemExit(f"error: another run (pid {current['pid']}) is active on {self.path.parent}; "
+                             f"pause it with kill -STOP -{current['pgid']}, resume with kill -CONT -{current['pgid']}")
+        if os.getpgrp() != os.getpid():
+            os.setpgid(0, 0)  # its own process group, so kill -STOP -<pgid> pauses it and its workers only
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the worker is stopped, this file removed
+        write_json(self.path, {"pid": os.getpid(), "pgid": os.getpgrp(), "started": time.time()})
+        return self
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _batch(pending: List[Unit], limit: int = BATCH_UNITS) -> List[Unit]:
+    """The next units for one worker: at most `limit` (BATCH_UNITS unless --max-units says fewer),
+    never splitting a pretraining run (its process completes all its segments)."""
+    batch = []
+    for index, unit in enumerate(pending):
+        same_run = batch and unit.kind == "pretrain" and batch[-1].kind == "pretrain" and \
+            batch[-1].params["run"] == unit.params["run"]
+        if same_run:
+            batch.append(unit)
+            continue
+        run_length = 1
+        while unit.kind == "pretrain" and index + run_length < len(pending) and \
+                pending[index + run_length].kind == "pretrain" and \
+                pending[index + run_length].params["run"] == unit.params["run"]:
+            run_length += 1
+        if len(batch) + run_length > limit and (batch or limit < run_length):
+            break
+        batch.append(unit)
+    return batch
+
+
+class Stage:
+    """Progress of one stage: done / total, measured time so far and the ETA, as one line per event."""
+
+    def __init__(self, ctx: Context, plans: List[StagePlan], number: int):
+        self.ctx, self.number = ctx, number
+        self.units = plans[number - 1].units
+        self.all_units = [u for plan in plans for u in plan.units]
+
+    def line(self, event: str) -> str:
+        pending = self.ctx.pending(self.units)
+        estimator = Estimator(self.ctx, self.all_units)
+        spent = sum((self.ctx.result(u.id) or {}).get("seconds", 0.0) for u in self.units)
+        return (f"[stage {self.number}] {event} | {len(self.units) - len(pending)}/{len(self.units)} units done "
+                f"| stage time {duration(spent)}, ETA {duration(estimator.total(pending))}")
+
+
+def run_worker(ctx: Context, stage: Stage, units: List[Unit]) -> None:
+    """Runs `units` in one worker subprocess, relaying its markers as progress lines."""
+    spec = ctx.output_dir / "specs" / f"stage{stage.number}.json"
+    write_json(spec, {"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir),
+                      "units": [{"id": u.id, "kind": u.kind, "params": u.params} for u in units]})
+    log = ctx.output_dir / "logs" / f"stage{stage.number}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ctx.repo), str(ctx.repo / "benchmarks")]),
+               TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), PYTHONUNBUFFERED="1")
+    with log.open("a", encoding="utf-8") as out:
+        process = subprocess.Popen([sys.executable, "-m", "paper_replication.worker", str(spec)], cwd=ctx.repo,
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        try:
+            for line in process.stdout:
+                out.write(line)
+                out.flush()
+                if line.startswith("@@"):
+                    event, unit_id, seconds = line[2:].split()
+                    text = f"start {unit_id}" if event == "start" else f"done {unit_id} in {duration(float(seconds))}"
+                    print(stage.line(text), flush=True)
+            code = process.wait()
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+    if code != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+        print("\n".join(tail), file=sys.stderr)
+        raise SystemExit(f"error: a unit of stage {stage.number} failed (exit {code}); log: {log}. "
+                         "Rerunning the same command resumes.")
+
+
+def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[int] = None) -> int:
+    """Runs stages 1..last_stage to the end (or to the stop rule, or after `max_units` units);
+    `on_stage_done(ctx)` writes the report."""
+    ctx.output_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(ctx.output_dir):
+        prepare_glue(ctx)
+        announced, reported, ran = set(), set(), 0
+        while True:
+            plans = plan_all(ctx, last_stage)
+            for number, plan in enumerate(plans, 1):
+                if number not in announced:
+                    announced.add(number)
+                    skipped = len(plan.units) - len(ctx.pending(plan.units))
+                    print(Stage(ctx, plans, number).line(f"{skipped} units finished earlier (skipped)"), flush=True)
+            current = next((n for n, plan in enumerate(plans, 1) if ctx.pending(plan.units)), None)
+            if current is None:
+                on_stage_done(ctx)
+                for plan_number, plan in enumerate(plans, 1):
+                    for note in plan.notes:
+                        print(f"[stage {plan_number}] {note}", flush=True)
+                if len(plans) < last_stage:
+                    print(f"stopped after stage {len(plans)}: " + "; ".join(plans[-1].notes), flush=True)
+                return 0
+            stage = Stage(ctx, plans, current)
+            if current > 1 and current not in reported:
+                reported.add(current)
+                on_stage_done(ctx)  # the previous stage's results
+            limit = BATCH_UNITS if max_units is None else min(BATCH_UNITS, max_units - ran)
+            batch = _batch(ctx.pending(stage.units), limit)
+            if not batch:
+                print(f"stopped after {ran} units (--max-units {max_units}); rerun to continue", flush=True)
+                on_stage_done(ctx)
+                return 0
+            run_worker(ctx, stage, batch)
+            ran += len(batch)
+
+
+def status(ctx: Context, last_stage: int = 3) -> str:
+    """What is done, what remains and the ETA, per stage (plans only; nothing runs)."""
+    plans = plan_all(ctx, last_stage)
+    estimator = Estimator(ctx, [u for plan in plans for u in plan.units])
+    lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}"], 0.0
+    for number, plan in enumerate(plans, 1):
+        pending = ctx.pending(plan.units)
+        pending_ids = {u.id for u in pending}
+        kinds = {}
+        for unit in plan.units:
+            done, count = kinds.get(unit.kind, (0, 0))
+            kinds[unit.kind] = (done + (unit.id not in pending_ids), count + 1)
+        eta = estimator.total(pending)
+        total += eta
+        spent = sum((ctx.result(u.id) or {}).get("seconds", 0.0) for u in plan.units)
+        lines.append(f"stage {number}: {len(plan.units) - len(pending)} done, {len(pending)} remaining"
+                     f"{'' if plan.complete else ' (more once these finish)'}; time so far {duration(spent)}, "
+                     f"ETA {duration(eta)}")
+        lines.append("  " + ", ".join(f"{kind} {done}/{count}" for kind, (done, count) in kinds.items()))
+        lines += [f"  {note}" for note in plan.notes]
+    for number in range(len(plans) + 1, last_stage + 1):
+        lines.append(f"stage {number}: not planned yet (waits for stage {number - 1}'s results)")
+    lines.append(f"remaining (planned units): {sum(len(ctx.pending(p.units)) for p in plans)}, ETA {duration(total)}")
+    return "\n".join(lines)
+
+
+def find_shared_data(repo: Path) -> Optional[Path]:
+    """`shared/data` beside the checkout, or beside a parent of it (worktrees sit one level deeper)."""
+    for parent in (repo.parent, repo.parent.parent):
+        if (parent / "shared" / "data" / "corpus").is_dir():
+            return parent / "shared" / "data"
+    return None

@@ -1,0 +1,230 @@
+"""Units of work (what one result file records), the pretraining runs they belong to, and scores.
+
+A unit is a data build, a vocab, a throughput measurement, a pretraining segment (a run up to
+probe step k, whose checkpoint is then copied aside), a held-out evaluation at k, a fine-tuning
+trial (model, checkpoint, task, seed) or an HF export. Units are listed in dependency order; a
+unit is pending when it has no result, or when its artifact (a file its consumers read) is gone
+and a pending unit needs it. Planning is pure Python (no TensorFlow), so `--status` is instant.
+"""
+
+import dataclasses
+import functools
+import math
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from paper_replication.settings import Settings
+from paper_replication.store import Store
+
+# GLUE's score of each task from the fine-tuning metrics (x100): the mean where GLUE averages two.
+GLUE_METRICS = {"cola": ("mcc",), "sst": ("accuracy",), "mrpc": ("accuracy", "f1"),
+                "sts": ("pearson", "spearman"), "rte": ("accuracy",)}
+GLUE_FOLDERS = {"cola": "CoLA", "sst": "SST-2", "mrpc": "MRPC", "sts": "STS-B", "rte": "RTE"}
+TASK_EPOCHS = {"rte": 10, "sts": 10}  # the recipe's single-task epochs; 3 for the others
+DOUBLED = ("mrpc", "sts")  # trained on both text orders
+
+
+@dataclasses.dataclass
+class Unit:
+    id: str
+    kind: str  # vocab | build | throughput | pretrain | eval | finetune | export
+    params: dict
+    artifact: Optional[str] = None  # what consumers read; a unit whose artifact is gone may rerun
+    needs: Tuple[str, ...] = ()  # units whose artifacts this one reads
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One pretraining run: its objective, vocab, schedule and probe checkpoints."""
+
+    name: str
+    stage: int
+    objective: str
+    vocab: str
+    learning_rate: float
+    steps: int
+    save_every: int
+    probe_steps: Tuple[int, ...]
+
+
+class Context:
+    """Paths and settings of one replication, and the unit results found so far."""
+
+    def __init__(self, settings: Settings, output_dir, results_dir, repo, shared_data):
+        self.settings = settings
+        self.output_dir, self.results_dir = Path(output_dir), Path(results_dir)
+        self.repo, self.shared_data = Path(repo), Path(shared_data)
+        self.store = Store(self.output_dir, self.results_dir)
+
+    def result(self, unit_id: str) -> Optional[dict]:
+        return self.store.read(unit_id)
+
+    def corpus_split(self) -> Tuple[List[Path], List[Path]]:
+        """(training files, held-out files) of the corpus, in sorted order."""
+        files = sorted(p for p in (self.shared_data / "corpus" / "enwiki_2015_wikiextractor" / "AA").iterdir()
+                       if p.is_file())
+        held = self.settings.held_out_files
+        train = files[:-held]
+        if self.settings.corpus_files is not None:
+            train = train[:self.settings.corpus_files]
+        return train, files[-held:]
+
+    def vocab_file(self, vocab: str) -> Path:
+        """BERT's vocab, or the learned one: committed in the results dir, with a copy in the output
+        dir (so a checkout without the commit still finds the vocab its data was built with)."""
+        if vocab == "bert":
+            return self.shared_data / "vocab" / "vocab.txt"
+        name = f"learned_{self.settings.learned_vocab_size}.txt"
+        committed, copy = self.results_dir / "vocab" / name, self.output_dir / "data" / name
+        return copy if copy.exists() and not committed.exists() else committed
+
+    def vocab_size(self, vocab: str) -> Optional[int]:
+        path = self.vocab_file(vocab)
+        return sum(1 for _ in path.open(encoding="utf-8")) if path.exists() else None
+
+    def data_dir(self, vocab: str) -> Path:
+        return self.output_dir / "data" / f"{vocab}_seq{self.settings.seq}"
+
+    @property
+    def glue_dir(self) -> Path:
+        return self.output_dir / "glue"
+
+    def probe_prefix(self, run: Run, step: int) -> Path:
+        return self.output_dir / "probes" / run.name / f"ckpt-{step}"
+
+    def pending(self, units: Sequence[Unit]) -> List[Unit]:
+        """The units to run, in order: no result, or an artifact that a pending unit needs is gone."""
+        needed, pending = set(), []
+        for unit in reversed(units):
+            has_result = self.result(unit.id) is not None
+            artifact_ok = unit.artifact is None or Path(unit.artifact).exists() or unit.id not in needed
+            if not (has_result and artifact_ok):
+                pending.append(unit)
+                needed.update(unit.needs)
+        return pending[::-1]
+
+
+def schedule(settings: Settings, hours: float, tokens_per_second: Optional[float], name: str, stage: int,
+             objective: str, vocab: str, learning_rate: float, fractions: Sequence[float],
+             steps: Optional[int] = None) -> Run:
+    """A run of `steps`, or of `hours` at the measured speed, with a checkpoint about every
+    1/checkpoints_per_hour hours and probes at `fractions` (multiples of 1/4) of its steps."""
+    per_quarter = max(1, math.ceil(hours * settings.checkpoints_per_hour / 4))
+    if steps is None:
+        steps = settings.fixed_steps or hours * 3600 * tokens_per_second / (settings.batch * settings.seq)
+    quantum = 4 * per_quarter
+    steps = max(quantum, quantum * round(steps / quantum))
+    return Run(name, stage, objective, vocab, learning_rate, steps, steps // quantum,
+               tuple(int(round(f * steps)) for f in fractions))
+
+
+def run_hparams(ctx: Context, run: Run) -> dict:
+    """The PretrainingConfig hparams of a run."""
+    s, data = ctx.settings, ctx.data_dir(run.vocab)
+    return {**s.model_hparams, "objective": run.objective, "vocab_size": ctx.vocab_size(run.vocab),
+            "vocab_file": str(ctx.vocab_file(run.vocab)), "learning_rate": run.learning_rate,
+            "train_batch_size": s.batch, "eval_batch_size": s.batch, "max_seq_length": s.seq,
+            "num_train_steps": run.steps, "num_warmup_steps": int(round(s.warmup_fraction * run.steps)),
+            "save_checkpoints_steps": run.save_every, "keep_checkpoint_max": 3,
+            "iterations_per_loop": min(run.save_every, 100), "log_every": min(run.save_every, 50),
+            "pretrain_tfrecords": str(data / "train" / "pretrain_data.tfrecord*"),
+            "eval_tfrecords": str(data / "eval" / "pretrain_data.tfrecord*"),
+            "model_dir": str(ctx.output_dir / "models" / run.name), "do_eval": False}
+
+
+def data_unit_ids(vocab: str) -> Tuple[str, ...]:
+    return ("s1/data/vocab_learned", f"s1/data/build_{vocab}") if vocab == "learned" else (f"s1/data/build_{vocab}",)
+
+
+def pretraining_units(ctx: Context, run: Run, flops_per_step: float) -> List[Unit]:
+    """The run's segments (one per probe step) and the held-out evaluation at each probe."""
+    hparams = run_hparams(ctx, run)
+    prefix = f"s{run.stage}/{run.name}"
+    units, previous = [], 0
+    for step in run.probe_steps:
+        probe = ctx.probe_prefix(run, step)
+        units.append(Unit(f"{prefix}/pretrain/{step}", "pretrain",
+                          {"run": run.name, "hparams": hparams, "step": step, "from_step": previous,
+                           "probe": str(probe), "flops_per_step": flops_per_step,
+                           "tokens_per_step": ctx.settings.batch * ctx.settings.seq},
+                          artifact=str(probe) + ".index", needs=data_unit_ids(run.vocab)))
+        previous = step
+    for step in run.probe_steps:
+        eval_dir = ctx.output_dir / "evals" / run.name / f"step_{step}"
+        units.append(Unit(f"{prefix}/eval/{step}", "eval",
+                          {"hparams": {**hparams, "do_train": False, "do_eval": True, "num_eval_steps": 10 ** 6,
+                                       "model_dir": str(eval_dir), "init_checkpoint": str(ctx.probe_prefix(run, step)),
+                                       "results_json": str(eval_dir / "unsup_results.json"),
+                                       "results_txt": str(eval_dir / "unsup_results.txt")},
+                           "step": step, "flops": flops_per_step * step},
+                          needs=(f"{prefix}/pretrain/{step}",) + data_unit_ids(run.vocab)))
+    return units
+
+
+def finetune_units(ctx: Context, stage: int, vocab: str, tasks: Sequence[str], run: Optional[Run] = None,
+                   step: Optional[int] = None) -> List[Unit]:
+    """Fine-tuning trials of a run's checkpoint at `step`, or of random init (run None), per task and seed."""
+    s = ctx.settings
+    base = {**s.model_hparams, "vocab_size": ctx.vocab_size(vocab), "vocab_file": str(ctx.vocab_file(vocab)),
+            "recipe": "paper", "num_trials": 1, "raw_data_dir": str(ctx.glue_dir), "keep_all_models": False,
+            "iterations_per_loop": 10 ** 6, "evaluate_every_epoch": False}  # scores: the final epoch's either way
+    if s.max_examples is not None:
+        base["max_examples"] = s.max_examples
+    if run is None:
+        prefix, source, needs = f"s{stage}/random_{vocab}/ft", {"random_init": True}, ()
+    else:
+        prefix = f"s{stage}/{run.name}/ft/{step}"
+        source = {"init_checkpoint": str(ctx.probe_prefix(run, step))}
+        needs = (f"s{run.stage}/{run.name}/pretrain/{step}",)
+    units = []
+    for task in tasks:
+        for seed in s.seeds:
+            scratch = ctx.output_dir / "finetuning" / prefix / task / f"seed{seed}"
+            hparams = {**base, **source, "task_names": [task], "seed": seed,
+                       "finetuning_models_dir": str(scratch / "models"), "results_dir": str(scratch / "results")}
+            units.append(Unit(f"{prefix}/{task}/seed{seed}", "finetune",
+                              {"hparams": hparams, "task": task, "seed": seed}, needs=needs))
+    return units
+
+
+def task_score(task: str, metrics: Dict[str, float]) -> float:
+    """GLUE's score of a task (x100): MCC, accuracy, or the mean of accuracy/F1, Pearson/Spearman."""
+    return float(statistics.fmean(metrics[name] for name in GLUE_METRICS[task]))
+
+
+def seed_scores(ctx: Context, prefix: str, task: str) -> List[float]:
+    """The task score of every finished seed of `prefix` (e.g. "s1/pilot_a/ft/850")."""
+    scores = []
+    for seed in ctx.settings.seeds:
+        result = ctx.result(f"{prefix}/{task}/seed{seed}")
+        if result is not None:
+            scores.append(task_score(task, result["scores"][task]))
+    return scores
+
+
+def median_scores(ctx: Context, prefix: str, tasks: Sequence[str]) -> Optional[Dict[str, float]]:
+    """{task: median over seeds}, or None until every seed of every task has finished."""
+    medians = {}
+    for task in tasks:
+        scores = seed_scores(ctx, prefix, task)
+        if len(scores) < len(ctx.settings.seeds):
+            return None
+        medians[task] = float(statistics.median(scores))
+    return medians
+
+
+@functools.lru_cache(maxsize=None)
+def _lines(path: Path) -> int:
+    return sum(1 for _ in path.open(encoding="utf-8"))
+
+
+def train_passes(ctx: Context, task: str) -> int:
+    """Training examples seen by one fine-tuning trial of `task` (rows x orders x epochs)."""
+    path = ctx.glue_dir / GLUE_FOLDERS[task] / "train.tsv"
+    if not path.exists():
+        path = ctx.shared_data / "glue" / GLUE_FOLDERS[task] / "train.tsv"
+    rows = _lines(path) - (task != "cola")
+    if ctx.settings.max_examples is not None:
+        rows = min(rows, ctx.settings.max_examples)
+    return rows * (2 if task in DOUBLED else 1) * TASK_EPOCHS.get(task, 3)

@@ -1,0 +1,269 @@
+"""Runs a list of units in one process (TensorFlow is imported once), writing each one's result.
+
+    python -m paper_replication.worker SPEC.json
+
+SPEC: {"output_dir", "results_dir", "units": [{"id", "kind", "params"}, ...]}. Each unit prints
+`@@start <id>` and `@@end <id> <seconds>` for the runner, which relays them as progress lines;
+everything else goes to the stage's log. A pretraining run completes all its listed segments in
+one go: a watcher thread copies each probe checkpoint aside as soon as TensorFlow has written it
+(before `keep_checkpoint_max` would delete it) and records the segment.
+"""
+
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+from electra_tf.cli import use_pooled_cpu_allocator
+from paper_replication.store import Store
+
+PROGRESS_STEP = re.compile(r"^step (\d+)/")
+CORES = os.cpu_count() or 1
+
+
+def machine_seconds() -> float:
+    """This process's CPU time (its finished children's included) over the machine's cores: the wall
+    time its work would take on the machine alone. Budgets and the cap count these, so a shared
+    machine does not shrink them."""
+    times = os.times()
+    return (times.user + times.system + times.children_user + times.children_system) / CORES
+
+
+class Tee(io.TextIOBase):
+    """Writes to stdout and notes, for each progress line, its step and the machine seconds so far."""
+
+    def __init__(self):
+        self.marks = []  # (step, machine seconds)
+
+    def write(self, text):
+        sys.stdout.write(text)
+        for line in text.splitlines():
+            found = PROGRESS_STEP.match(line)
+            if found:
+                self.marks.append((int(found.group(1)), machine_seconds()))
+        return len(text)
+
+    def flush(self):
+        sys.stdout.flush()
+
+    def steps_per_second(self, start: int = 0):
+        """Steps per machine second of each logged interval from mark `start` on."""
+        pairs = zip(self.marks[start:], self.marks[start + 1:])
+        return [(b[0] - a[0]) / (b[1] - a[1]) for a, b in pairs if b[1] > a[1] and b[0] > a[0]]
+
+
+def _mark(event: str, unit_id: str, seconds: float = 0.0) -> None:
+    print(f"@@{event} {unit_id} {seconds:.1f}", flush=True)
+
+
+def _links(directory: Path, files) -> Path:
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    for path in files:
+        (directory / Path(path).name).symlink_to(path)
+    return directory
+
+
+def do_vocab(params: dict, output_dir: Path) -> dict:
+    from pretrain_data.vocab_learning import VocabOptions, build_vocab
+    corpus = _links(output_dir / "data" / "corpus_train", params["corpus"])
+    summary = build_vocab(VocabOptions(corpus=[str(corpus)], output=params["output"], vocab_size=params["vocab_size"],
+                                       input_format="wikiextractor", overwrite=True, quiet=True))
+    shutil.copyfile(params["output"], output_dir / "data" / Path(params["output"]).name)  # see Context.vocab_file
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+
+
+def do_build(params: dict, output_dir: Path) -> dict:
+    from pretrain_data.build import BuildOptions, build_pretraining_dataset
+    stats = {}
+    for split, files in (("train", params["train_files"]), ("eval", params["held_out_files"])):
+        corpus = _links(output_dir / "data" / f"corpus_{split}", files)
+        built = build_pretraining_dataset(BuildOptions(
+            str(corpus), params["vocab_file"], str(Path(params["output_dir"]) / split),
+            max_seq_length=params["max_seq_length"], input_format="wikiextractor", overwrite=True, quiet=True))
+        stats[split] = {"examples": built["train"]["examples"], "tokens": built["train"]["tokens"],
+                        "files": len(files), "megabytes": built.get("megabytes")}
+    return stats
+
+
+def _pretraining(hparams: dict, stream):
+    """Trains / evaluates a PretrainingConfig of `hparams`; returns the results dict."""
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.training import pretraining_runner
+    from pretrain_data.input_pipeline import check_pretraining_data, pretraining_dataset_fns
+    config = PretrainingConfig.from_hparams(Path(hparams["model_dir"]).name, hparams["model_dir"], hparams)
+    check_pretraining_data(config)
+    train_fn, eval_fn = pretraining_dataset_fns(config)
+    return pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config), stream).results
+
+
+def do_throughput(params: dict, output_dir: Path) -> dict:
+    hparams = params["hparams"]
+    shutil.rmtree(hparams["model_dir"], ignore_errors=True)
+    tee = Tee()
+    _pretraining(hparams, tee)
+    rates = tee.steps_per_second()  # between progress lines: tracing (before the first) left out
+    examples = statistics.median(rates) * hparams["train_batch_size"]
+    shutil.rmtree(hparams["model_dir"], ignore_errors=True)
+    return {"examples_per_machine_second": examples, "tokens_per_machine_second": examples * hparams["max_seq_length"],
+            "objective": hparams["objective"], "steps_per_machine_second": rates, "cores": CORES}
+
+
+def _checkpoint_written(model_dir: Path, step: int) -> bool:
+    state = model_dir / "checkpoint"
+    return (model_dir / f"ckpt-{step}.index").exists() and state.exists() and f'"ckpt-{step}"' in state.read_text()
+
+
+def _copy_probe(model_dir: Path, step: int, probe: Path) -> None:
+    """ckpt-<step> with the run's config.json and vocab.txt into the probe dir; the .index last."""
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "vocab.txt"):
+        shutil.copyfile(model_dir / name, probe.parent / name)
+    for source in sorted(model_dir.glob(f"ckpt-{step}.data-*")) + [model_dir / f"ckpt-{step}.index"]:
+        temporary = probe.parent / (source.name + ".tmp")
+        shutil.copyfile(source, temporary)
+        temporary.replace(probe.parent / source.name)
+
+
+def _latest_step(model_dir: Path) -> int:
+    state = model_dir / "checkpoint"
+    found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state.read_text(), re.M) if state.exists() else None
+    return int(found.group(1)) if found else 0
+
+
+def do_pretrain(units: list, store: Store) -> None:
+    """Runs the units' pretraining run to its end, recording each segment when its probe is copied."""
+    hparams = units[0]["params"]["hparams"]
+    model_dir = Path(hparams["model_dir"])
+    pending = sorted(units, key=lambda u: u["params"]["step"])
+    resumed = _latest_step(model_dir)
+    for unit in pending:
+        step = unit["params"]["step"]
+        if resumed > step and not _checkpoint_written(model_dir, step):
+            raise RuntimeError(f"{unit['id']}: {model_dir} is past step {step} and its checkpoint is gone; "
+                               f"delete {model_dir} to pretrain this run again")
+    state = {"start": time.monotonic(), "machine": machine_seconds(), "from": resumed}
+    tee = Tee()
+    _mark("start", pending[0]["id"])
+
+    def collect():
+        while pending and _checkpoint_written(model_dir, pending[0]["params"]["step"]):
+            unit = pending.pop(0)
+            params, step = unit["params"], unit["params"]["step"]
+            _copy_probe(model_dir, step, Path(params["probe"]))
+            seconds, machine = time.monotonic() - state["start"], machine_seconds() - state["machine"]
+            steps = step - max(state["from"], params["from_step"])
+            tokens = steps * params["tokens_per_step"]
+            store.write(unit["id"], {
+                "step": step, "seconds": seconds, "machine_seconds": machine, "steps_timed": steps,
+                "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
+                "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
+                "flops": step * params["flops_per_step"]})
+            _mark("end", unit["id"], seconds)
+            state.update(start=time.monotonic(), machine=machine_seconds(), **{"from": step})
+            if pending:
+                _mark("start", pending[0]["id"])
+
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(2.0):
+            collect()
+
+    collect()
+    if pending:
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            _pretraining(hparams, tee)
+        finally:
+            stop.set()
+            watcher.join()
+        collect()
+    if pending:
+        raise RuntimeError(f"the run ended without checkpoints at steps {[u['params']['step'] for u in pending]}")
+
+
+def do_eval(params: dict, output_dir: Path) -> dict:
+    shutil.rmtree(params["hparams"]["model_dir"], ignore_errors=True)
+    return {"step": params["step"], "flops": params["flops"], "metrics": _pretraining(params["hparams"], sys.stdout)}
+
+
+def do_finetune(params: dict, output_dir: Path) -> dict:
+    import tf_keras
+    from finetune.config import FinetuningConfig
+    from finetune.runner import run
+    hparams = params["hparams"]
+    scratch = Path(hparams["results_dir"]).parent
+    shutil.rmtree(scratch, ignore_errors=True)
+    document = run(FinetuningConfig.from_hparams("replication", str(output_dir), hparams), stream=sys.stdout)
+    shutil.rmtree(scratch, ignore_errors=True)
+    tf_keras.backend.clear_session()
+    return {"task": params["task"], "seed": params["seed"], "scores": document["trials"][0]}
+
+
+def do_export(params: dict, output_dir: Path) -> dict:
+    """The final discriminator (for bert, its MLM model) as an HF dir in float16; kept only if under 20 MB."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    from electra_tf.checkpoints import hf, model_dir
+    probe = Path(params["probe"])
+    config, values = model_dir.read_model_dir(probe.parent, str(probe))
+    staging = output_dir / "export" / params["run"]
+    shutil.rmtree(staging, ignore_errors=True)
+    hf.export_hf(values, config, probe.parent / "vocab.txt", staging)
+    role = "discriminator" if (staging / "discriminator").is_dir() else "generator"  # bert: its MLM model
+    discriminator = staging / role
+    weights = discriminator / hf.WEIGHTS_FILE
+    tensors = {name: value.astype(np.float16) for name, value in load_file(str(weights)).items()}
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    hf_config = json.loads((discriminator / "config.json").read_text())
+    (discriminator / "config.json").write_text(json.dumps({**hf_config, "dtype": "float16"}, indent=2) + "\n")
+    size = sum(p.stat().st_size for p in discriminator.iterdir())
+    target = Path(params["output"])
+    if size < 20e6:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(discriminator, target)
+    return {"role": role, "bytes": size, "committed": size < 20e6,
+            "path": str(target if size < 20e6 else discriminator)}
+
+
+HANDLERS = {"vocab": do_vocab, "build": do_build, "throughput": do_throughput, "eval": do_eval,
+            "finetune": do_finetune, "export": do_export}
+
+
+def main(spec_path: str) -> int:
+    use_pooled_cpu_allocator()
+    spec = json.loads(Path(spec_path).read_text())
+    output_dir = Path(spec["output_dir"])
+    store = Store(output_dir, spec["results_dir"])
+    units = spec["units"]
+    index = 0
+    while index < len(units):
+        unit = units[index]
+        if unit["kind"] == "pretrain":  # the run's consecutive segments together
+            group = [unit]
+            while (index + len(group) < len(units) and units[index + len(group)]["kind"] == "pretrain"
+                   and units[index + len(group)]["params"]["run"] == unit["params"]["run"]):
+                group.append(units[index + len(group)])
+            do_pretrain(group, store)
+            index += len(group)
+            continue
+        _mark("start", unit["id"])
+        start, machine = time.monotonic(), machine_seconds()
+        result = HANDLERS[unit["kind"]](unit["params"], output_dir)
+        seconds = time.monotonic() - start
+        store.write(unit["id"], {**result, "seconds": seconds, "machine_seconds": machine_seconds() - machine})
+        _mark("end", unit["id"], seconds)
+        index += 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

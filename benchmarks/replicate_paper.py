@@ -1,0 +1,70 @@
+"""Does ELECTRA beat MLM at equal pretraining compute on this machine? (issue #17)
+
+    python benchmarks/replicate_paper.py --output-dir /work/replication [--stage S] [--quick]
+        [--status] [--report] [--max-units N]
+
+Stage 1 finds a regime where BERT-MLM pretraining beats random init (go/no-go), stage 2
+pretrains electra and bert with the same FLOPs and fine-tunes them on five GLUE dev sets, stage 3
+runs the paper's ablations. The plan, pre-registered before any result, is the docstring of
+benchmarks/paper_replication/settings.py. Every unit writes a small result JSON under
+`<output-dir>/units/` and `<results-dir>/units/` (committed); rerunning the same command resumes
+and never redoes a finished unit. Keep `--output-dir` outside the checkout (e.g.
+/work/replication): it holds the data, checkpoints and logs, which the work tree must not.
+Start the long run niced; `<output-dir>/run.pid` names its process group, so
+`kill -STOP -<pgid>` pauses it (and its worker) and `kill -CONT -<pgid>` resumes it.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(1, str(REPO))  # this checkout's packages (paper_replication sits beside this script)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from electra_tf.cli import script_parser
+    parser = script_parser(__doc__, "nice -n 19 .venv/bin/python benchmarks/replicate_paper.py "
+                                    "--output-dir /work/replication --status")
+    parser.add_argument("--output-dir", required=True, help="data, checkpoints, logs (outside the checkout)")
+    parser.add_argument("--results-dir", default=None,
+                        help="small result files, results.json, table.md, PNGs (default: benchmarks/replication; "
+                             "with --quick, OUTPUT/results)")
+    parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=3, help="run stages 1..S")
+    parser.add_argument("--quick", action="store_true", help="every stage on tiny settings, in minutes")
+    parser.add_argument("--status", action="store_true", help="print what is done and what remains, then exit")
+    parser.add_argument("--report", action="store_true", help="regenerate results.json, table.md, PNGs, then exit")
+    parser.add_argument("--max-units", type=int, default=None,
+                        help="stop after this many units (a pretraining run's segments are never split)")
+    parser.add_argument("--shared-data", default=None,
+                        help="the shared data dir (default: shared/data beside the checkout or its parent)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from paper_replication.report import write_report
+    from paper_replication.runner import execute, find_shared_data, status
+    from paper_replication.settings import QUICK, REAL
+    from paper_replication.units import Context
+    shared = Path(args.shared_data) if args.shared_data else find_shared_data(REPO)
+    if shared is None or not (shared / "corpus").is_dir():
+        print(f"error: no shared data found (looked for shared/data beside {REPO}); give --shared-data",
+              file=sys.stderr)
+        return 2
+    output = Path(args.output_dir).resolve()
+    results = Path(args.results_dir) if args.results_dir else (
+        output / "results" if args.quick else REPO / "benchmarks" / "replication")
+    ctx = Context(QUICK if args.quick else REAL, output, results.resolve(), REPO, shared.resolve())
+    if args.status:
+        print(status(ctx, args.stage))
+        return 0
+    if args.report:
+        for name, path in write_report(ctx).items():
+            print(f"{name}: {path}")
+        return 0
+    return execute(ctx, args.stage, write_report, args.max_units)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

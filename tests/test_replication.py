@@ -1,0 +1,97 @@
+"""benchmarks/replicate_paper.py: the paper's FLOPs accounting, the pre-registered decision rule,
+and `--quick` end to end: the pipeline, resumption (a rerun redoes no finished unit), `--status`
+and the format of results.json / table.md (never the numbers, which mean nothing at that size)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "replicate_paper.py"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from paper_replication.flops import flops_per_step  # noqa: E402
+from paper_replication.stages import transfers  # noqa: E402
+
+
+def test_flops_reproduce_the_original_accounting():
+    """The released flops_computation.py gives ELECTRA-Small (1M steps of 128 x 128) 1.2937e18,
+    BERT-Small (1.45M steps) 1.4187e18 (Table 1 lists both as 1.4e18) and ELECTRA-Base (766K steps of
+    256 x 512) 6.4245e19 (Table 1: 6.4e19)."""
+    small = dict(hidden=256, layers=12, embedding=128, generator_hidden=64, seq=128, vocab=30522, batch=128)
+    assert flops_per_step("electra", **small) * 1e6 == pytest.approx(1.293743798e18, rel=1e-8)
+    assert flops_per_step("bert", **small) * 1.45e6 == pytest.approx(1.418739915e18, rel=1e-8)
+    base = dict(hidden=768, layers=12, embedding=768, generator_hidden=256, seq=512, vocab=30522, batch=256)
+    assert flops_per_step("electra", **base) * 766000 == pytest.approx(6.424541834e19, rel=1e-8)
+    # the generator is counted: electra costs more per step than bert, so bert gets more steps
+    assert flops_per_step("electra", **small) > flops_per_step("bert", **small)
+    assert flops_per_step("all_tokens_mlm", **small) > flops_per_step("replace_mlm", **small)
+
+
+def test_decision_rule_needs_both_tasks_and_the_margin():
+    assert transfers({"sst": 1.5, "mrpc": 0.6}, 1.0)
+    assert not transfers({"sst": 3.0, "mrpc": -0.1}, 1.0)  # loses on one task
+    assert not transfers({"sst": 0.9, "mrpc": 0.9}, 1.0)  # mean gain below the margin
+
+
+def _run(out: Path, shared: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    command = [sys.executable, str(SCRIPT), "--output-dir", str(out), "--quick", "--shared-data", str(shared), *args]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shared_data):
+    out = tmp_path / "out"
+    first = _run(out, shared_data, "--stage", "1")
+    stage1 = {path: (path.stat().st_mtime_ns, path.read_text()) for path in (out / "units" / "s1").rglob("*.json")}
+    kinds = {path.relative_to(out / "units" / "s1").parts[1] for path in stage1 if "pilot_a" in str(path)}
+    assert kinds == {"pretrain", "eval", "ft"}, kinds
+    assert not (out / "units" / "s2").exists()  # --stage 1 stops there
+    # every result is also in the (committed) results dir
+    assert all((out / "results" / path.relative_to(out)).is_file() for path in stage1)
+    assert "remaining (planned units): 0" in _run(out, shared_data, "--status", "--stage", "1").stdout
+    assert (out / "run.pid").exists() is False  # removed when the run ends
+
+    second = _run(out, shared_data)
+    assert " start s1/" not in second.stdout  # nothing of stage 1 ran again ...
+    assert f"[stage 1] {len(stage1)} units finished earlier (skipped)" in second.stdout
+    for path, (mtime, text) in stage1.items():  # ... and no result file was rewritten
+        assert path.stat().st_mtime_ns == mtime and path.read_text() == text
+    assert " start s2/s2_electra/pretrain/" in second.stdout and " start s3/" in second.stdout
+
+    status = _run(out, shared_data, "--status").stdout
+    assert status.count(" 0 remaining") == 3 and "remaining (planned units): 0" in status, status
+
+    results = json.loads((out / "results" / "results.json").read_text())
+    assert [s["stage"] for s in results["stages"]] == [1, 2, 3] and all(s["complete"] for s in results["stages"])
+    stage2, stage3 = results["stages"][1], results["stages"][2]
+    assert [r["objective"] for r in stage2["runs"]] == ["electra", "bert"]
+    assert [r["objective"] for r in stage3["runs"]] == ["electra_15", "replace_mlm", "all_tokens_mlm"]
+    electra, bert = stage2["runs"]
+    assert bert["steps"] > electra["steps"]  # the same FLOPs: bert's step is cheaper
+    assert electra["checkpoints"][-1]["flops"] == pytest.approx(bert["checkpoints"][-1]["flops"], rel=0.2)
+    for run in stage2["runs"]:
+        assert len(run["checkpoints"]) == 2
+        for point in run["checkpoints"]:
+            sts = point["tasks"]["sts"]
+            assert sts["n"] == 2 and sts["min"] <= sts["median"] <= sts["max"]
+            assert point["average"] == pytest.approx(sts["median"])
+            assert "masked_lm_accuracy" in point["eval"]
+        assert "disc_auc" in run["checkpoints"][0]["eval"] or run["objective"] == "bert"
+    assert stage2["random_init"]["learned"]["tasks"]["sts"]["n"] == 2
+
+    table = (out / "results" / "table.md").read_text()
+    assert "| model | steps | FLOPs | STS-B | GLUE avg |" in table
+    assert "| model | steps | FLOPs | STS-B | GLUE avg | paper Table 5 |" in table
+    for row in ("| electra |", "| bert |", "| random init (learned) |", "| electra_15 |", "| all_tokens_mlm |"):
+        assert row in table
+    for png in ("glue_vs_flops.png", "pretraining_curves.png"):
+        assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
+    exported = out / "results" / "hf" / "electra"
+    assert json.loads((exported / "config.json").read_text())["dtype"] == "float16"
