@@ -214,12 +214,7 @@ def write_plots(results: dict, directory: Path) -> List[Path]:
             if summary["average"] is not None:
                 axis.axhline(summary["average"], linestyle="--", color="grey", label="random init")
     axis.set(xlabel="pretraining FLOPs", ylabel="GLUE dev average", title="GLUE average against pretraining FLOPs")
-    if axis.lines:
-        axis.legend(fontsize=7)
-    figure.tight_layout()
-    written.append(directory / "glue_vs_flops.png")
-    figure.savefig(written[-1], dpi=100)
-    plt.close(figure)
+    written.append(_save(plt, figure, (axis,), directory / "glue_vs_flops.png"))
     figure, (auc, mlm) = plt.subplots(1, 2, figsize=(10, 4))
     for stage in results["stages"]:
         for run in stage["runs"]:
@@ -229,14 +224,19 @@ def write_plots(results: dict, directory: Path) -> List[Path]:
                     axis.plot(*zip(*points), marker="o", label=f"{run['name']}")
     auc.set(xlabel="step", ylabel="held-out AUC (real tokens)", title="discriminator")
     mlm.set(xlabel="step", ylabel="held-out MLM accuracy", title="generator (bert: the model itself)")
-    for axis in (auc, mlm):
+    written.append(_save(plt, figure, (auc, mlm), directory / "pretraining_curves.png"))
+    return written
+
+
+def _save(plt, figure, axes, path: Path) -> Path:
+    """Legends where there are lines, then the figure as a PNG at `path`."""
+    for axis in axes:
         if axis.lines:
             axis.legend(fontsize=7)
     figure.tight_layout()
-    written.append(directory / "pretraining_curves.png")
-    figure.savefig(written[-1], dpi=100)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
-    return written
+    return path
 
 
 def write_report(ctx: Context) -> Dict[str, Path]:
