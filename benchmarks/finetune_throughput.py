@@ -7,7 +7,8 @@ Base: lr 1e-4; no weight decay; batch 32; 10 % warm-up, linear decay, clip 1.0):
 
 - ours: `finetune.runner.Trial.compile_train_step` (what run_finetuning.py trains with: the original's
   AdamW with layer-wise LR decay, one tf.function for any batch shape), the pooled CPU allocator and
-  the fused CPU kernels; `ours_unfused` the same with TF's ops (ELECTRA_TF_CPU_KERNELS=0).
+  the fused CPU kernels; `ours_unfused` the same with TF's ops (ELECTRA_TF_CPU_KERNELS=0),
+  `ours_no_onednn` the same with TF_ENABLE_ONEDNN_OPTS=0 (Eigen's matmuls instead of oneDNN's).
 - hf: HF transformers `ElectraForSequenceClassification` (SQuAD: `ElectraForQuestionAnswering`) of
   the same shape, a plain eager PyTorch loop: forward with labels, backward, clip_grad_norm_(1.0),
   torch.optim.AdamW, a linear warm-up/decay LambdaLR. (HF's classifier head has one more H x H dense
@@ -50,8 +51,9 @@ from benchmarks.peers import (SHARED_DATA as SHARED, Shape, Worker, build_gemm, 
 TASKS = ("sst", "mrpc", "squadv1")
 SQUAD_TRAIN = SHARED / "squad" / "train-v1.1-subset-44articles.json"
 SQUAD_SEQ = 384
-VARIANTS = ("ours", "ours_unfused", "hf", "hf_passive", "mg")
+VARIANTS = ("ours", "ours_unfused", "ours_no_onednn", "hf", "hf_passive", "mg")
 LABELS = {"ours": "ours (electra_tf, graph)", "ours_unfused": "ours, TF's ops (no CPU kernels)",
+          "ours_no_onednn": "ours, oneDNN off",
           "hf": "HF transformers PyTorch (eager)", "hf_passive": "HF, OMP_WAIT_POLICY=PASSIVE",
           "mg": "Model Garden (oneDNN on)"}
 BUCKET_ROWS = 50  # rows read = batch x this many batches at least (finetune.inputs' bucket size)
@@ -149,11 +151,12 @@ def build_mg(config, data, batches, precision):
     import tensorflow as tf
     import tf_keras
     shim_pkg_resources()
+    from official.nlp.data.question_answering_dataloader import QADataConfig
     from official.nlp.tasks import question_answering, sentence_prediction
     encoder = mg_encoder(encoder_shape(config))
-    if config.task_names[0] == "squadv1":
+    if config.task_names[0] == "squadv1":  # (the task reads its tokenizer choice from validation_data)
         task = question_answering.QuestionAnsweringTask(question_answering.QuestionAnsweringConfig(
-            model=question_answering.ModelConfig(encoder=encoder)))
+            model=question_answering.ModelConfig(encoder=encoder), validation_data=QADataConfig()))
         labels = {"start_positions": "start_positions", "end_positions": "end_positions"}
     else:
         task = sentence_prediction.SentencePredictionTask(sentence_prediction.SentencePredictionConfig(
@@ -172,8 +175,8 @@ def build_mg(config, data, batches, precision):
     return lambda i: float(step(feeds[i]))
 
 
-BUILDERS = {"ours": build_ours, "ours_unfused": build_ours, "hf": build_hf, "hf_passive": build_hf,
-            "mg": build_mg}
+BUILDERS = {"ours": build_ours, "ours_unfused": build_ours, "ours_no_onednn": build_ours, "hf": build_hf,
+            "hf_passive": build_hf, "mg": build_mg}
 
 
 def serve_variant(args) -> None:
@@ -257,10 +260,11 @@ def main() -> None:
         def start(variant, task=task):
             extra = {"ours_unfused": {"ELECTRA_TF_CPU_KERNELS": "0"},
                      "hf_passive": {"OMP_WAIT_POLICY": "PASSIVE"}}.get(variant, {})
+            onednn = variant != "ours_no_onednn"
             worker_args = ["--task", task, "--model-size", args.model_size, "--batch", str(args.batch),
                            "--warmup", str(args.warmup), "--steps", str(args.steps), "--rows", str(rows),
                            "--precision", args.precision]
-            return Worker(__file__, variant, worker_args, worker_env(**extra))
+            return Worker(__file__, variant, worker_args, worker_env(onednn, **extra))
 
         with tempfile.TemporaryDirectory() as scratch:
             config, data = finetuning_setup(task, args.model_size, args.batch, rows, scratch)

@@ -40,8 +40,9 @@ from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_gro
 
 DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
 SHIFT = 16.0  # GELU(x + SHIFT) == x + SHIFT in float32 for x > -10
-VARIANTS = ("ours", "hf", "hf_passive")
-LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive"}
+VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn")
+LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive",
+          "ours_no_onednn": "ours, oneDNN off"}
 AGREEMENT_ROWS = 128  # dev sentences whose labels the two servers must agree on
 
 
@@ -130,7 +131,7 @@ def serve_variant(args) -> None:
     """Worker: load, answer the first request (start-up), write the labels of the agreement rows,
     then one request of `--batch` dev sentences per step."""
     export = Path(args.export)
-    predict = build_ours(export) if args.worker == "ours" else build_hf(export)
+    predict = build_ours(export) if args.worker.startswith("ours") else build_hf(export)
     texts = dev_sentences()
     predict(texts[:args.batch])
     labels = [label for start in range(0, AGREEMENT_ROWS, 32) for label in predict(texts[start:start + 32])]
@@ -141,19 +142,22 @@ def serve_variant(args) -> None:
 
 # ----------------------------------------------------------------------------- driver
 
-def measure(work: Path, batch: int, steps: int) -> list:
-    """("ours", "hf") and ("ours", "hf_passive"): HF's OpenMP threads spin while they wait by default,
-    which on a loaded machine costs them most of their time slices (see finetune_throughput.py)."""
+def measure(work: Path, batch: int, steps: int, variants: list) -> list:
+    """"ours" beside each peer: "hf", "hf_passive" (HF's OpenMP threads spin while they wait by default,
+    which on a loaded machine costs them most of their time slices; see finetune_throughput.py) and
+    "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0)."""
     def start(variant):
-        env = worker_env(**({"OMP_WAIT_POLICY": "PASSIVE"} if variant == "hf_passive" else {}))
+        env = worker_env(onednn=variant != "ours_no_onednn",
+                         **({"OMP_WAIT_POLICY": "PASSIVE"} if variant == "hf_passive" else {}))
         return Worker(__file__, variant, ["--export", str(work), "--batch", str(batch)], env)
-    return run_groups(pair_groups(list(VARIANTS)), start, steps, f"batch {batch}", gemm_peak=False)
+    return run_groups(pair_groups(variants), start, steps, f"batch {batch}", gemm_peak=False)
 
 
 def report(work: Path, latency: list, throughput: list) -> None:
     """Per pair: each side's batch-1 p50 / p99, batch-32 examples/s, start-up and peak memory, and
     ours against the peer (the peer's p50 over ours; our throughput over the peer's)."""
-    ours, theirs = (json.loads((work / f"labels_{v}.json").read_text()) for v in ("ours", "hf"))
+    theirs = next(v for v in ("hf", "hf_passive") if (work / f"labels_{v}.json").exists())
+    ours, theirs = (json.loads((work / f"labels_{v}.json").read_text()) for v in ("ours", theirs))
     agree = sum(a[0] == b[0] for a, b in zip(ours, theirs))
     gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
     print(f"\nlabels agree on {agree} / {len(ours)} dev sentences; largest probability difference {gap:.1e}")
@@ -181,6 +185,7 @@ def main() -> None:
     parser.add_argument("--work-dir", help="keep the exports here (default: a temporary dir)")
     parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per variant")
     parser.add_argument("--batches", type=int, default=20, help="batch-32 requests per variant")
+    parser.add_argument("--variants", default="ours,hf,hf_passive", help=f"a subset of {','.join(VARIANTS)}")
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 training steps, 10 + 2 requests")
     parser.add_argument("--worker", choices=VARIANTS + ("export_hf",), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
@@ -200,8 +205,9 @@ def main() -> None:
             prepare(args, work)
         print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant",
               flush=True)
-        latency = measure(work, 1, args.requests)
-        throughput = measure(work, 32, args.batches)
+        variants = args.variants.split(",")
+        latency = measure(work, 1, args.requests, variants)
+        throughput = measure(work, 32, args.batches, variants)
         report(work, latency, throughput)
 
 
