@@ -43,15 +43,14 @@ Without `ours` among the variants, each runs alone and no ratio is printed.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.peers import (Shape, Worker, build_gemm, hf_config, mg_adamw, mg_encoder, pair_groups,  # noqa: E402
+                              run_groups, serve, shim_pkg_resources, worker_env)
 from electra_tf.cli import script_parser  # noqa: E402
 
 SEQ, VOCAB, PREDICTIONS = 128, 30522, 19
@@ -67,7 +66,6 @@ LABELS = {"ours": "ours (electra_tf, graph)", "ours_xla": "ours (electra_tf, XLA
           "mg": "Model Garden, oneDNN on (default)", "mg_pooled": "Model Garden, oneDNN, pooled alloc.",
           "mg_no_onednn": "Model Garden, oneDNN off",
           "hf": "HF transformers PyTorch (eager)"}
-PROTOCOL = "@@ "  # prefix of the lines a worker sends back to the driver
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -114,6 +112,10 @@ def _masked_batch(batch: int) -> dict:
     return out
 
 
+def _shape(sizes: dict) -> Shape:
+    return Shape(embedding=EMBEDDING, vocab=VOCAB, **sizes)
+
+
 def _precision() -> str:
     """The run's --precision, as the driver passes it to its workers."""
     return os.environ.get("ELECTRA_BENCH_PRECISION", "float32")
@@ -122,25 +124,6 @@ def _precision() -> str:
 def _set_keras_policy() -> None:
     import tf_keras
     tf_keras.mixed_precision.set_global_policy(_precision())
-
-
-def build_gemm(batch: int):
-    """run(i) -> best tf.matmul GFLOP/s of a few 1024^2 and 2048^2 products (in the run's compute dtype)."""
-    import tensorflow as tf
-    dtype = tf.bfloat16 if _precision() == "mixed_bfloat16" else tf.float32
-    matrices = {n: (tf.cast(tf.random.normal([n, n]), dtype), tf.cast(tf.random.normal([n, n]), dtype))
-                for n in (1024, 2048)}
-
-    def run(i):
-        best = 0.0
-        for n, (a, b) in matrices.items():
-            for _ in range(3):
-                start = time.perf_counter()
-                tf.matmul(a, b).numpy()
-                best = max(best, 2 * n ** 3 / (time.perf_counter() - start) / 1e9)
-        return best
-
-    return run
 
 
 def build_ours(batch: int, jit_compile: bool = False):
@@ -167,49 +150,23 @@ def build_ours(batch: int, jit_compile: bool = False):
     return lambda i: step(features, tf.constant([0, i])).numpy()
 
 
-def _shim_pkg_resources() -> None:
-    """`official.nlp.tasks` imports tensorflow_hub, which imports `pkg_resources.parse_version`;
-    the venv has no setuptools, so provide that one function from `packaging`."""
-    import types
-    try:
-        import pkg_resources  # noqa: F401
-    except ImportError:
-        from packaging.version import parse
-        sys.modules["pkg_resources"] = types.SimpleNamespace(parse_version=parse)
-
-
 def build_mg(batch: int):
     import tensorflow as tf
-    _shim_pkg_resources()
-    from official.modeling import optimization
-    from official.nlp.configs import electra, encoders
+    shim_pkg_resources()
+    from official.nlp.configs import electra
     from official.nlp.data import pretrain_dataloader
     from official.nlp.tasks import electra_task
 
-    def encoder(sizes):
-        return encoders.EncoderConfig(type="bert", bert=encoders.BertEncoderConfig(
-            vocab_size=VOCAB, hidden_size=sizes["hidden"], num_layers=sizes["layers"],
-            num_attention_heads=sizes["heads"], intermediate_size=sizes["ffn"],
-            embedding_size=EMBEDDING, max_position_embeddings=512, type_vocab_size=2))
-
     task = electra_task.ElectraPretrainTask(electra_task.ElectraPretrainConfig(
         model=electra.ElectraPretrainerConfig(
-            generator_encoder=encoder(GEN), discriminator_encoder=encoder(DISC),
+            generator_encoder=mg_encoder(_shape(GEN)), discriminator_encoder=mg_encoder(_shape(DISC)),
             num_masked_tokens=PREDICTIONS, sequence_length=SEQ, cls_heads=[]),
         train_data=pretrain_dataloader.BertPretrainDataConfig(
             seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, use_next_sentence_label=False)))
     _set_keras_policy()
     model, metrics = task.build_model(), task.build_metrics(training=True)
-    # The electra/pretraining experiment's optimizer: AdamW, wd 0.01 except LayerNorm/bias,
-    # clip 1.0, polynomial decay with polynomial warm-up.
-    factory = optimization.OptimizerFactory(optimization.OptimizationConfig({
-        "optimizer": {"type": "adamw", "adamw": {
-            "weight_decay_rate": 0.01, "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"]}},
-        "learning_rate": {"type": "polynomial", "polynomial": {
-            "initial_learning_rate": 5e-4, "decay_steps": 1000000, "end_learning_rate": 0.0}},
-        "warmup": {"type": "polynomial", "polynomial": {"warmup_steps": 10000}}}))
-    optimizer = factory.build_optimizer(factory.build_learning_rate())
-    optimizer.iterations.assign(10000)
+    # The electra/pretraining experiment's optimizer: AdamW, wd 0.01, 10k warm-up steps of 1M (done).
+    optimizer = mg_adamw(5e-4, 1000000, 10000, 0.01, iterations=10000)
     m = _masked_batch(batch)
     inputs = {name: tf.constant(value) for name, value in dict(
         input_word_ids=m["masked_input_ids"], input_mask=m["input_mask"],
@@ -221,15 +178,11 @@ def build_mg(batch: int):
 
 def build_hf(batch: int):
     import torch
-    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
-
-    def config(sizes):
-        return ElectraConfig(vocab_size=VOCAB, embedding_size=EMBEDDING, hidden_size=sizes["hidden"],
-                             num_hidden_layers=sizes["layers"], num_attention_heads=sizes["heads"],
-                             intermediate_size=sizes["ffn"], max_position_embeddings=512)
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     torch.manual_seed(0)
-    generator, discriminator = ElectraForMaskedLM(config(GEN)), ElectraForPreTraining(config(DISC))
+    generator = ElectraForMaskedLM(hf_config(_shape(GEN)))
+    discriminator = ElectraForPreTraining(hf_config(_shape(DISC)))
     generator.electra.embeddings = discriminator.electra.embeddings  # ELECTRA's shared embedding block
     generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
     params = {id(p): (n, p) for model in (discriminator, generator) for n, p in model.named_parameters()}
@@ -267,125 +220,26 @@ def build_hf(batch: int):
     return run
 
 
-BUILDERS = {"gemm": build_gemm, "ours": build_ours, "ours_xla": lambda b: build_ours(b, jit_compile=True),
+BUILDERS = {"gemm": lambda b: build_gemm(_precision() == "mixed_bfloat16"), "ours": build_ours,
+            "ours_xla": lambda b: build_ours(b, jit_compile=True),
             "ours_unfused": build_ours,
             "mg": build_mg, "mg_pooled": build_mg, "mg_no_onednn": build_mg, "hf": build_hf}
 
 
-def _peak_rss_gb() -> float:
-    """This process's peak resident memory (Linux VmHWM), in GB; 0 where unknown."""
-    try:
-        with open("/proc/self/status") as status:
-            line = next(line for line in status if line.startswith("VmHWM:"))
-        return int(line.split()[1]) / 2 ** 20
-    except (OSError, StopIteration):
-        return 0.0
-
-
-def serve(variant: str, batch: int, warmup: int) -> None:
-    """Worker: build, run the warm-up steps, then run one step per "step" line from the driver
-    and answer with its seconds (or, for gemm, its GFLOP/s) and its peak memory."""
-    run = BUILDERS[variant](batch)
-    for i in range(warmup):
-        run(i)
-    print(f"{PROTOCOL}0 {_peak_rss_gb():.2f}", flush=True)
-    for i, line in enumerate(sys.stdin, start=warmup):
-        if line.strip() != "step":
-            break
-        start = time.perf_counter()
-        value = run(i)
-        elapsed = time.perf_counter() - start
-        print(f"{PROTOCOL}{value if variant == 'gemm' else elapsed} {_peak_rss_gb():.2f}", flush=True)
-
-
-# ----------------------------------------------------------------------------- driver
-
-class WorkerDied(RuntimeError):
-    """A variant's process ended before answering (its stderr tail is the message)."""
-
-
-class Worker:
-    """One variant in its own interpreter, stepped on demand through stdin/stdout."""
-
-    def __init__(self, variant: str, batch: int, warmup: int, precision: str):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", ELECTRA_BENCH_PRECISION=precision)
-        env["TF_ENABLE_ONEDNN_OPTS"] = "0" if variant == "mg_no_onednn" else "1"
-        if variant == "ours_unfused":
-            env["ELECTRA_TF_CPU_KERNELS"] = "0"
-        # TF's default allocator, except mg_pooled and ours (build_ours sets it itself, as the run scripts do).
-        env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
-        if variant == "mg_pooled":
-            env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
-        self.variant = variant
-        self.log = tempfile.TemporaryFile("w+")  # the worker's stderr (a pipe could fill up and block it)
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker", variant, "--batch-sizes", str(batch), "--warmup", str(warmup)],
-            env=env, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
-
-    def receive(self) -> float:
-        """The worker's next answer (0 for "ready"); records its peak memory."""
-        for line in self.proc.stdout:
-            if line.startswith(PROTOCOL):
-                value, self.peak_rss_gb = map(float, line[len(PROTOCOL):].split())
-                return value
-        self.log.seek(0)
-        code = self.proc.wait()
-        hint = " (killed: out of memory?)" if code == -9 else ""
-        raise WorkerDied(f"worker {self.variant} died (exit {code}){hint}:\n{self.log.read()[-2000:]}")
-
-    def step(self) -> float:
-        try:
-            self.proc.stdin.write("step\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:  # it died: receive() says how
-            pass
-        return self.receive()
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except BrokenPipeError:  # it died
-            pass
-        self.proc.wait()
-        self.log.close()
+def _worker(variant: str, batch: int, warmup: int, precision: str) -> Worker:
+    """A variant's process; TF's default allocator except mg_pooled and ours (build_ours sets it
+    itself, as the run scripts do)."""
+    extra = {"ELECTRA_BENCH_PRECISION": precision}
+    if variant == "ours_unfused":
+        extra["ELECTRA_TF_CPU_KERNELS"] = "0"
+    env = worker_env(onednn=variant != "mg_no_onednn", pooled_allocator=variant == "mg_pooled", **extra)
+    return Worker(__file__, variant, ["--batch-sizes", str(batch), "--warmup", str(warmup)], env)
 
 
 def measure(batch: int, variants, args) -> list:
-    """One entry per group of variants stepped together at this batch size: {"variants": [...],
-    "times": {variant: [seconds per timed step]}, "gemm": [GFLOP/s after each step]}.
-
-    The groups are ("ours", peer) for every other variant, or each variant alone without "ours".
-    """
-    def start(variant):
-        begin = time.perf_counter()
-        worker = Worker(variant, batch, 0 if variant == "gemm" else args.warmup, args.precision)
-        worker.receive()
-        print(f"  batch {batch}: {variant} ready after {time.perf_counter() - begin:.0f} s "
-              f"(peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
-        return worker
-
-    peers = [v for v in variants if v != "ours"]
-    groups = [["ours", peer] for peer in peers] if "ours" in variants and peers else [[v] for v in variants]
-    gemm = start("gemm")
-    results = []
-    for group in groups:
-        workers = []
-        try:
-            for variant in group:  # built one at a time: no overlapping builds
-                workers.append(start(variant))
-            entry = {"variants": group, "times": {variant: [] for variant in group}, "gemm": []}
-            for round_index in range(args.steps):
-                for worker in workers:
-                    entry["times"][worker.variant].append(worker.step())
-                    entry["gemm"].append(gemm.step())
-            results.append(entry)
-        except WorkerDied as error:  # e.g. a pair that does not fit in memory: report it, go on
-            print(f"  batch {batch}: group {'+'.join(group)} dropped: {error}", flush=True)
-        for worker in workers:
-            print(f"  batch {batch}: {worker.variant} done (peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
-            worker.close()
-    gemm.close()
-    return results
+    """`peers.run_groups` at this batch size: ("ours", peer) pairs, or each variant alone without "ours"."""
+    return run_groups(pair_groups(variants), lambda v: _worker(v, batch, 0 if v == "gemm" else args.warmup,
+                                                                 args.precision), args.steps, f"batch {batch}")
 
 
 def report(results: dict, batch_sizes, precision: str = "float32") -> None:
@@ -450,7 +304,7 @@ def main() -> None:
     parser = build_parser()
     args = parser.parse_args()
     if args.worker:
-        serve(args.worker, args.batch_sizes[0], args.warmup)
+        serve(BUILDERS[args.worker](args.batch_sizes[0]), args.warmup, answer_value=args.worker == "gemm")
         return
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))

@@ -1,0 +1,215 @@
+"""Serving on CPU: the exported SavedModel (raw text in) vs. an HF `pipeline("text-classification")`
+on the same weights (issue #19).
+
+The model is a fine-tuned SST-2 classifier: a trial dir of run_finetuning.py (`--model-dir`), or,
+without one, ELECTRA-`--model-size` fine-tuned here from random weights for `--train-steps` steps
+(the speed does not depend on the weights). It is exported twice:
+- ours: `convert_checkpoint.py saved-model` (tokenization in the graph, TensorFlow's ops only),
+  loaded with `tf.saved_model.load` and called through its `serving_default` signature;
+- hf: the same encoder weights as an HF `ElectraForSequenceClassification` dir (the tensor names of
+  `to-hf`), read by `pipeline("text-classification")` with its fast WordPiece tokenizer (truncation
+  at 128 tokens). HF's head is dense(H, H) -> GELU -> dense(H, C), the original's one dense(H, C):
+  the first dense is written as the identity plus a shift of SHIFT, where GELU is the identity in
+  float32, and the shift is taken back out of the second's bias, so both compute the same logits
+  (the benchmark checks that both give the same labels on the dev sentences).
+
+Each variant runs in a fresh process per measurement; the two of a pair take turns request after
+request (`benchmarks.peers`): batch-1 latency (p50 / p99 over `--requests` single dev sentences),
+batch-32 throughput (examples/s over `--batches` batches of dev sentences), start-up time (process
+start to the first answer: imports, loading, the first call) and peak resident memory.
+
+    .venv/bin/python benchmarks/serving.py [--model-dir TRIAL_DIR] [--requests 200] [--batches 20]
+        [--quick]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_groups, serve, worker_env  # noqa: E402
+
+DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
+SHIFT = 16.0  # GELU(x + SHIFT) == x + SHIFT in float32 for x > -10
+VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn")
+LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive",
+          "ours_no_onednn": "ours, oneDNN off"}
+AGREEMENT_ROWS = 128  # dev sentences whose labels the two servers must agree on
+
+
+def dev_sentences() -> list:
+    lines = DEV.read_text(encoding="utf-8").splitlines()[1:]
+    return [line.split("\t")[0] for line in lines]
+
+
+# ----------------------------------------------------------------------------- preparing the model
+
+def fine_tune(model_size: str, steps: int, out: Path) -> Path:
+    """A trial dir of run_finetuning.py: SST-2 from random weights, `steps` steps of batch 32."""
+    hparams = dict(task_names=["sst"], model_size=model_size, recipe="paper", random_init=True, do_eval=False,
+                   vocab_file=str(SHARED / "vocab" / "vocab.txt"), raw_data_dir=str(SHARED / "glue"),
+                   max_examples=32 * steps, num_train_epochs=1.0, finetuning_models_dir=str(out / "models"),
+                   results_dir=str(out / "results"))
+    subprocess.run([sys.executable, "run_finetuning.py", "--data-dir", str(out), "--model-name", "bench",
+                    "--hparams", json.dumps(hparams)], cwd=REPO, check=True, env=worker_env())
+    return out / "models" / "sst_model_1"
+
+
+def write_hf_classifier(trial_dir: Path, out: Path) -> None:
+    """The trial's encoder and head as an HF ElectraForSequenceClassification dir (see the module doc)."""
+    from safetensors.numpy import save_file
+    from electra_tf.checkpoints import hf
+    from electra_tf.checkpoints.report import variable_name
+    from finetune.saved_model import build_server, read_run_config
+    server, config = build_server(trial_dir), read_run_config(trial_dir)
+    encoder = config.encoder_config()
+    values = {variable_name(v): v.numpy() for v in server.encoder.variables}
+    tensors = {key: values[tf1].T if transposed else values[tf1]
+               for tf1, key, transposed in hf.encoder_pairs("electra", "electra/embeddings", encoder)}
+    kernel, bias = server.head.dense.kernel.numpy(), server.head.dense.bias.numpy()  # [H, C], [C]
+    hidden = kernel.shape[0]
+    tensors.update({"classifier.dense.weight": np.eye(hidden, dtype=np.float32),
+                    "classifier.dense.bias": np.full([hidden], SHIFT, np.float32),
+                    "classifier.out_proj.weight": kernel.T,
+                    "classifier.out_proj.bias": bias - SHIFT * kernel.sum(axis=0)})
+    out.mkdir(parents=True)
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(out / hf.WEIGHTS_FILE),
+              metadata={"format": "pt"})
+    labels = server.task.labels
+    document = dict(hf.hf_config(encoder, "discriminator"), architectures=["ElectraForSequenceClassification"],
+                    id2label={i: str(label) for i, label in enumerate(labels)},
+                    label2id={str(label): i for i, label in enumerate(labels)})
+    (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / "vocab.txt").write_bytes((trial_dir / "vocab.txt").read_bytes())
+    for name, content in hf.tokenizer_files(config.do_lower_case).items():
+        (out / name).write_text(json.dumps(content, indent=2) + "\n")
+
+
+def prepare(args, work: Path) -> Path:
+    """`work`/saved_model and `work`/hf from the trial dir (fine-tuned here without --model-dir)."""
+    trial = Path(args.model_dir) if args.model_dir else fine_tune(args.model_size, args.train_steps, work / "train")
+    subprocess.run([sys.executable, "convert_checkpoint.py", "saved-model", "--model-dir", str(trial),
+                    "--output-dir", str(work / "saved_model")], cwd=REPO, check=True, env=worker_env())
+    subprocess.run([sys.executable, __file__, "--worker", "export_hf", "--model-dir", str(trial),
+                    "--export", str(work / "hf")], cwd=REPO, check=True, env=worker_env())
+    return work
+
+
+# ----------------------------------------------------------------------------- workers
+
+def build_ours(export: Path):
+    """predict(texts) -> [(label, its probability)], through the SavedModel's serving signature."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (its WordPiece op)
+    signature = tf.saved_model.load(str(export / "saved_model")).signatures["serving_default"]
+
+    def predict(texts):
+        out = signature(text_a=tf.constant(texts))
+        return [(label.decode(), float(p)) for label, p in zip(out["label"].numpy(),
+                                                               out["probabilities"].numpy().max(axis=-1))]
+
+    return predict
+
+
+def build_hf(export: Path):
+    from transformers import pipeline
+    classify = pipeline("text-classification", model=str(export / "hf"), device=-1)
+    return lambda texts: [(answer["label"], answer["score"]) for answer in classify(
+        texts, batch_size=len(texts), truncation=True, max_length=128)]
+
+
+def serve_variant(args) -> None:
+    """Worker: load, answer the first request (start-up), write the labels of the agreement rows,
+    then one request of `--batch` dev sentences per step."""
+    export = Path(args.export)
+    predict = build_ours(export) if args.worker.startswith("ours") else build_hf(export)
+    texts = dev_sentences()
+    predict(texts[:args.batch])
+    labels = [label for start in range(0, AGREEMENT_ROWS, 32) for label in predict(texts[start:start + 32])]
+    (export / f"labels_{args.worker}.json").write_text(json.dumps(labels))  # [[label, probability]]
+    requests = [texts[(i * args.batch) % len(texts):][:args.batch] for i in range(len(texts))]
+    serve(lambda i: predict(requests[i % len(requests)]), 0)
+
+
+# ----------------------------------------------------------------------------- driver
+
+def measure(work: Path, batch: int, steps: int, variants: list) -> list:
+    """"ours" beside each peer: "hf", "hf_passive" (HF's OpenMP threads spin while they wait by default,
+    which on a loaded machine costs them most of their time slices; see finetune_throughput.py) and
+    "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0)."""
+    def start(variant):
+        env = worker_env(onednn=variant != "ours_no_onednn",
+                         **({"OMP_WAIT_POLICY": "PASSIVE"} if variant == "hf_passive" else {}))
+        return Worker(__file__, variant, ["--export", str(work), "--batch", str(batch)], env)
+    return run_groups(pair_groups(variants), start, steps, f"batch {batch}", gemm_peak=False)
+
+
+def report(work: Path, latency: list, throughput: list) -> None:
+    """Per pair: each side's batch-1 p50 / p99, batch-32 examples/s, start-up and peak memory, and
+    ours against the peer (the peer's p50 over ours; our throughput over the peer's)."""
+    theirs = next(v for v in ("hf", "hf_passive") if (work / f"labels_{v}.json").exists())
+    ours, theirs = (json.loads((work / f"labels_{v}.json").read_text()) for v in ("ours", theirs))
+    agree = sum(a[0] == b[0] for a, b in zip(ours, theirs))
+    gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
+    print(f"\nlabels agree on {agree} / {len(ours)} dev sentences; largest probability difference {gap:.1e}")
+    print(f"{'variant':24s} {'p50 ms':>7s} {'p99 ms':>7s} {'b32 ex/s':>9s} {'start s':>8s} {'peak GB':>8s}")
+    for one, many in zip(latency, throughput):
+        rows = {}
+        for variant in one["variants"][::-1]:
+            p50, p99 = (np.percentile(one["times"][variant], q) * 1e3 for q in (50, 99))
+            rate = 32 * len(many["times"][variant]) / sum(many["times"][variant])
+            start = statistics.mean([one["ready_s"][variant], many["ready_s"][variant]])
+            peak = max(one["peak_rss_gb"][variant], many["peak_rss_gb"][variant])
+            rows[variant] = (p50, rate)
+            label = "  ours, same rounds" if variant == "ours" else LABELS[variant]
+            print(f"{label:24s} {p50:7.1f} {p99:7.1f} {rate:9.1f} {start:8.1f} {peak:8.2f}")
+        peer = one["variants"][1]
+        print(f"  ours vs {LABELS[peer]}: batch-1 p50 {rows[peer][0] / rows['ours'][0]:.2f}x lower; "
+              f"batch-32 throughput {rows['ours'][1] / rows[peer][1]:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model-dir", help="a fine-tuned SST-2 trial dir; default: fine-tune one here")
+    parser.add_argument("--model-size", default="small", choices=("tiny", "small", "base"))
+    parser.add_argument("--train-steps", type=int, default=100, help="steps when fine-tuning here")
+    parser.add_argument("--work-dir", help="keep the exports here (default: a temporary dir)")
+    parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per variant")
+    parser.add_argument("--batches", type=int, default=20, help="batch-32 requests per variant")
+    parser.add_argument("--variants", default="ours,hf,hf_passive", help=f"a subset of {','.join(VARIANTS)}")
+    parser.add_argument("--quick", action="store_true", help="tiny model, 4 training steps, 10 + 2 requests")
+    parser.add_argument("--worker", choices=VARIANTS + ("export_hf",), help=argparse.SUPPRESS)
+    parser.add_argument("--export", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker == "export_hf":
+        write_hf_classifier(Path(args.model_dir), Path(args.export))
+        return
+    if args.worker:
+        serve_variant(args)
+        return
+    if args.quick:
+        args.model_size, args.train_steps, args.requests, args.batches = "tiny", 4, 10, 2
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(args.work_dir or scratch)
+        if not (work / "saved_model").exists():
+            prepare(args, work)
+        print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant",
+              flush=True)
+        variants = args.variants.split(",")
+        latency = measure(work, 1, args.requests, variants)
+        throughput = measure(work, 32, args.batches, variants)
+        report(work, latency, throughput)
+
+
+if __name__ == "__main__":
+    main()
