@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from electra_tf.cli import script_parser  # noqa: E402
 from benchmarks.peers import (SHARED_DATA as SHARED, Shape, Worker, build_gemm, hf_config,  # noqa: E402
                               mg_adamw, mg_encoder, pair_groups, run_groups, serve, shim_pkg_resources,
                               worker_env)
@@ -229,20 +230,27 @@ def report(task: str, results: list, batch: int, mean_length: float) -> None:
         print(f"{task}: {LABELS['ours']} / " + " / ".join(summary))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-size", default="small", choices=("tiny", "small", "base"))
-    parser.add_argument("--tasks", nargs="+", default=["sst", "mrpc"], choices=TASKS)
-    parser.add_argument("--batch", type=int, default=32)
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/finetune_throughput.py "
+                           "--model-size small --tasks mrpc sst --steps 10 --warmup 3 --variants ours,hf,hf_passive,mg")
+    parser.add_argument("--model-size", default="small", choices=("tiny", "small", "base"), help="ELECTRA size")
+    parser.add_argument("--tasks", nargs="+", default=["sst", "mrpc"], choices=TASKS, help="one group per task")
+    parser.add_argument("--batch", type=int, default=32, help="examples per step")
     parser.add_argument("--steps", type=int, default=20, help="timed steps (rounds) of each group")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (tracing)")
     parser.add_argument("--variants", default="ours,hf,hf_passive,mg",
                         help=f"comma-separated subset of {','.join(VARIANTS)}")
-    parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32")
+    parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
+                        help="compute dtype of every variant")
     parser.add_argument("--quick", action="store_true", help="batch 8, 1 warm-up + 2 timed steps, sst only")
     parser.add_argument("--worker", choices=("gemm",) + VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--task", choices=TASKS, help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=int, help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     if args.worker:
         serve_variant(args)

@@ -36,6 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from electra_tf.cli import script_parser  # noqa: E402
 from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_groups, serve, worker_env  # noqa: E402
 
 DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
@@ -177,10 +178,12 @@ def report(work: Path, latency: list, throughput: list) -> None:
               f"batch-32 throughput {rows['ours'][1] / rows[peer][1]:.2f}x")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/serving.py --work-dir /tmp/serving "
+                           "--requests 200 --batches 20 --variants ours,hf,hf_passive")
     parser.add_argument("--model-dir", help="a fine-tuned SST-2 trial dir; default: fine-tune one here")
-    parser.add_argument("--model-size", default="small", choices=("tiny", "small", "base"))
+    parser.add_argument("--model-size", default="small", choices=("tiny", "small", "base"),
+                        help="ELECTRA size when fine-tuning here")
     parser.add_argument("--train-steps", type=int, default=100, help="steps when fine-tuning here")
     parser.add_argument("--work-dir", help="keep the exports here (default: a temporary dir)")
     parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per variant")
@@ -190,7 +193,11 @@ def main() -> None:
     parser.add_argument("--worker", choices=VARIANTS + ("export_hf",), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.worker == "export_hf":
         write_hf_classifier(Path(args.model_dir), Path(args.export))
         return
