@@ -94,6 +94,9 @@ def pretrain(data_dir: Path, vocab_size: int, args) -> None:
         **user})
     print(f"[4/7] pretraining the tiny preset for {config.num_train_steps} steps of {config.train_batch_size} "
           f"examples into {model_dir} (TensorBoard: tensorboard --logdir {model_dir})")
+    if not (config.do_eval and config.eval_every_steps):
+        raise InputError("--hparams do_eval false or eval_every_steps 0: the demo reports the held-out "
+                         "learning curve, so it needs both")
     if config.objective not in ("electra", "electra_15"):
         raise InputError(f"--hparams objective {config.objective!r}: the demo shows replaced token "
                          "detection, so it needs objective \"electra\" or \"electra_15\"")

@@ -277,6 +277,8 @@ def _finished_trials(config: FinetuningConfig, stream):
     if not interrupted or interrupted[0] == 1 or not results.exists():
         return (interrupted or [1])[0], [], extra
     document = json.loads(results.read_text())
+    if document.get("config") != json.loads(json.dumps(extra["config"])):  # another run's scores
+        return 1, [], extra
     if "test_predictions" in document:
         extra["test_predictions"] = document["test_predictions"]
     print(f"trials 1-{interrupted[0] - 1} are done (scores in {results}); resuming trial {interrupted[0]}",

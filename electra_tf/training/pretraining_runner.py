@@ -237,7 +237,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     worker end it with one error naming the cause (`_run_loop`).
 
     `evaluate`, if given, runs every `eval_every_steps` steps before the last (which the caller
-    evaluates anyway) and at the step a run starts from, so the curve has its first point.
+    evaluates anyway) and at step 0, so the curve has its first point.
     """
     optimizer = training.optimizer
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -286,12 +286,12 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
                 training.model.init_discriminator_from_generator()
             if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
                 checkpoints.save(step)
+            if evaluate is not None and step % config.eval_every_steps == 0 and step < config.num_train_steps:
+                evaluate()  # before a signal can stop the run, so the curve keeps this point
             if preemption is not None:  # every worker, at every boundary: TF agrees on the step to save
                 interruption.quietly(preemption.save_checkpoint_if_preempted, step=step)
             elif interrupt.requested:
                 raise interrupt.stop(step, checkpoints.save(step))
-            if evaluate is not None and step % config.eval_every_steps == 0 and step < config.num_train_steps:
-                evaluate()
     return last_loss
 
 
