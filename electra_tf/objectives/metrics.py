@@ -58,13 +58,16 @@ def binary_entropy(p: float) -> float:
 class PretrainingMetrics(tf.Module):
     """Streaming accumulators for the pre-training eval metrics; `result()` -> {name: float}."""
 
-    def __init__(self, electra_objective: bool = True, disc_weight: float = 50.0):
+    def __init__(self, electra_objective: bool = True, disc_weight: float = 50.0,
+                 padded_auc: bool = True):
+        """`padded_auc=False` leaves out disc_auc_with_padding (a second 200-threshold AUC over
+        every position), which only evaluation needs, for comparison with the original's logs."""
         super().__init__(name="pretraining_metrics")
         self.names = MLM_METRICS
         if electra_objective:
             self.names += SAMPLED_METRICS
             if disc_weight > 0:
-                self.names += DISC_METRICS
+                self.names += tuple(n for n in DISC_METRICS if padded_auc or n != "disc_auc_with_padding")
         self.metrics = {name: (tf_keras.metrics.AUC(num_thresholds=200, curve="ROC", name=name)
                                if name.startswith("disc_auc") else tf_keras.metrics.Mean(name=name))
                         for name in self.names}
@@ -92,7 +95,8 @@ class PretrainingMetrics(tf.Module):
             correct = _matches(rtd_labels, rtd.preds)
             m["disc_loss"].update_state(_flat(rtd.per_example_loss))
             m["disc_auc"].update_state(labels, _flat(rtd.probs), sample_weight=mask)
-            m["disc_auc_with_padding"].update_state(labels * mask, _flat(rtd.probs) * mask)
+            if "disc_auc_with_padding" in m:
+                m["disc_auc_with_padding"].update_state(labels * mask, _flat(rtd.probs) * mask)
             example_mask = tf.cast(input_mask, tf.float32)  # [B, L]
             m["replaced_fraction"].update_state(
                 tf.reduce_sum(tf.cast(rtd_labels, tf.float32) * example_mask, -1)

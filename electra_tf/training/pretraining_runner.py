@@ -84,7 +84,8 @@ class _Training:
         self.config, self.strategy, self.model, self.optimizer = config, strategy, model, optimizer
         has_rtd = config.objective in ("electra", "electra_15")
         with strategy.scope():
-            self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight)
+            self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight,
+                                              padded_auc=False)  # the training step's own metrics
             self.evaluator = Evaluator(strategy, model, has_rtd, config.disc_weight, config.seed)
         self.base_seed = tf.constant([config.seed, 0], tf.int64)
         self.loops = {}  # compiled training loops by stage
