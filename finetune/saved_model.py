@@ -72,8 +72,8 @@ class GlueServer(tf.Module):
         return self._outputs(*encode_pair(self.tokenizer, text_a, text_b, self.max_seq_length))
 
     def _outputs(self, input_ids, input_mask, segment_ids):
-        sequence = self.encoder(input_ids, input_mask, segment_ids, training=False)  # [B, L, H]
-        output = self.head(sequence, training=False)  # [B, C]; [B, 1] for regression
+        cls = self.encoder.call_unpadded(input_ids, input_mask, segment_ids, cls_only=True)  # [B, H]
+        output = self.head(cls[:, tf.newaxis], training=False)  # [B, C]; [B, 1] for regression
         if self.task.is_regression:
             return {"score": output[:, 0] * STS_MAX}
         labels = tf.constant(self.task.labels)
@@ -121,6 +121,7 @@ def build_server(model_dir, task: Optional[str] = None) -> GlueServer:
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         raise InputError(f"checkpoint {model_dir / FINETUNED} does not match {model_dir / RUN_CONFIG}: "
                          f"{str(error).splitlines()[0]}") from None
+    model.encoder.freeze_qkv()
     tokenizer = Tokenizer(model_dir / VOCAB_FILE, do_lower_case=config.do_lower_case)
     return GlueServer(tokenizer, model, served, config.max_seq_length)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from electra_tf.errors import InputError
-from electra_tf.modeling import DiscriminatorHead, build_encoder
+from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
 from electra_tf.modeling.layer_utils import build_in_scope
 from electra_tf.tokenization import Tokenizer
 from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, read_model_dir, staged_output
@@ -44,8 +44,10 @@ class DiscriminatorServer(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
         input_ids, input_mask = encode(self.tokenizer, text, self.max_seq_length)  # [B, L]
-        sequence = self.encoder(input_ids, input_mask, tf.zeros_like(input_ids), training=False)  # [B, L, H]
-        probability = tf.sigmoid(self.head(sequence)) * tf.cast(input_mask, tf.float32)  # [B, L]
+        tokens = self.encoder.call_unpadded(input_ids, input_mask, tf.zeros_like(input_ids))  # [N, H]
+        rows = unpadded_rows(input_mask)[:, tf.newaxis]  # [N, 1]: each token's place in [B*L]
+        probability = tf.scatter_nd(rows, tf.sigmoid(self.head(tokens)), [tf.size(input_ids)])  # [B*L], 0 on padding
+        probability = tf.reshape(probability, tf.shape(input_ids))  # [B, L]
         return {"input_ids": input_ids, "input_mask": input_mask, "replaced_probability": probability}
 
 
@@ -58,6 +60,7 @@ def build_server(config, values, vocab_file) -> tuple:
     head = DiscriminatorHead(disc)
     build_in_scope(head, None)
     report = assign_weights(encoder.variables + head.variables, values, required_prefix="")
+    encoder.freeze_qkv()
     tokenizer = Tokenizer(vocab_file, do_lower_case=config.do_lower_case)
     return DiscriminatorServer(tokenizer, encoder, head, config.max_seq_length), report
 

@@ -9,12 +9,14 @@ from electra_tf.modeling.electra import OBJECTIVES, ElectraModel
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.modeling.layer_utils import gelu, get_activation
-from electra_tf.modeling.transformer import Encoder, SelfAttention, TransformerBlock, attention_bias, build_encoder
+from electra_tf.modeling.transformer import (Encoder, SelfAttention, TransformerBlock, attention_bias, build_encoder,
+                                             unpadded_rows)
 
 __all__ = [
     "BertConfig", "generator_config", "sized_encoder",
     "ElectraModel", "OBJECTIVES",
     "Embeddings", "Encoder", "SelfAttention", "TransformerBlock", "attention_bias", "build_encoder",
+    "unpadded_rows",
     "MaskedLMHead", "DiscriminatorHead",
     "gelu", "get_activation",
 ]

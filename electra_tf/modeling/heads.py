@@ -73,7 +73,7 @@ class DiscriminatorHead(tf_keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, sequence_output):
-        """sequence_output [B, L, H] → float32 logits [B, L]."""
+        """sequence_output [B, L, H] (or the real tokens [N, H]) → float32 logits [B, L] (or [N])."""
         h = tf.reshape(sequence_output, [-1, self.config.hidden_size])  # [B*L, H]
         logits = self.dense_1(self.dense(h))  # [B*L, 1]
-        return tf.reshape(tf.cast(logits, tf.float32), tf.shape(sequence_output)[:2])
+        return tf.reshape(tf.cast(logits, tf.float32), tf.shape(sequence_output)[:-1])

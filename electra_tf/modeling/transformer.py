@@ -61,18 +61,49 @@ class SelfAttention(tf_keras.layers.Layer):
                                   name=name)
             for name in ("query", "key", "value"))
         self.dropout = Dropout(config.attention_probs_dropout_prob)
+        self.frozen_qkv = None
 
     def build(self, input_shape=None):
         for projection in (self.query, self.key, self.value):
             build_in_scope(projection, [None, self.config.hidden_size])
         super().build(input_shape)
 
-    def call(self, x, mask_bias, training=False):
-        """x: [B*L, H] (compute dtype); mask_bias: float32 [B, 1, 1, L] (`attention_bias`). Returns [B*L, H]."""
+    def call(self, x, mask_bias, training=False, token_rows=None):
+        """x: [B*L, H] (compute dtype); mask_bias: float32 [B, 1, 1, L] (`attention_bias`). Returns [B*L, H].
+
+        With `token_rows` (int32 [N], `unpadded_rows`), x holds only the N real tokens [N, H], and so
+        does the result: the projections skip the padding, which the scores need only as masked keys.
+        """
         batch, seq_length = tf.shape(mask_bias)[0], tf.shape(mask_bias)[3]
-        kernel = tf.concat([self.query.kernel, self.key.kernel, self.value.kernel], axis=1)  # [H, 3H]
-        qkv_bias = tf.concat([self.query.bias, self.key.bias, self.value.bias], axis=0)  # [3H]
-        qkv = tf.nn.bias_add(tf.matmul(x, kernel), qkv_bias)  # [B*L, 3H]
+        kernel, qkv_bias = self.qkv_weights()  # [H, 3H], [3H]
+        qkv = tf.nn.bias_add(tf.matmul(x, kernel), qkv_bias)  # [B*L or N, 3H]
+        if token_rows is not None:  # back to the padded layout, zeros on padding: [B*L, 3H]
+            qkv = tf.scatter_nd(token_rows[:, tf.newaxis], qkv, [batch * seq_length, tf.shape(qkv)[1]])
+        context = self._core(qkv, mask_bias, training, batch, seq_length)  # [B*L, H]
+        return context if token_rows is None else tf.gather(context, token_rows)  # [N, H]
+
+    def qkv_weights(self):
+        """The Q/K/V projection as one kernel [H, 3H] and bias [3H]: concatenated per call, or the copy
+        `freeze_qkv` made."""
+        if self.frozen_qkv is not None:  # plain variables: cast like the autocast ones (mixed precision)
+            return (tf.cast(self.frozen_qkv.kernel, self.compute_dtype),
+                    tf.cast(self.frozen_qkv.bias, self.compute_dtype))
+        return (tf.concat([self.query.kernel, self.key.kernel, self.value.kernel], axis=1),
+                tf.concat([self.query.bias, self.key.bias, self.value.bias], axis=0))
+
+    def freeze_qkv(self):
+        """Concatenates the Q/K/V kernels once, into variables, for a served graph (saves the concat on
+        every call, about 8 % of a batch-1 request). Training afterwards would leave the copy stale, so
+        `call` refuses it."""
+        kernel, bias = self.qkv_weights()
+        self.frozen_qkv = tf.Module(name="frozen_qkv")
+        self.frozen_qkv.kernel = tf.Variable(kernel, trainable=False, name="frozen_qkv_kernel")
+        self.frozen_qkv.bias = tf.Variable(bias, trainable=False, name="frozen_qkv_bias")
+
+    def _core(self, qkv, mask_bias, training, batch, seq_length):
+        """Scaled dot-product attention over the padded layout: qkv [B*L, 3H] → context [B*L, H]."""
+        if self.frozen_qkv is not None and (training is True or tf.is_tensor(training)):
+            raise ValueError(f"{self.name}: its Q/K/V kernels were frozen for serving; it cannot train")
         if isinstance(training, bool) and cpu_kernels.usable(qkv.dtype):
             return self._fused_core(qkv, mask_bias, training, batch, seq_length)
         qkv = tf.reshape(qkv, [batch, seq_length, 3, self.num_heads, self.head_size])
@@ -82,7 +113,7 @@ class SelfAttention(tf_keras.layers.Layer):
         scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
         # Softmax in float32 whatever the compute dtype: the mask bias and exp are unsafe in half precision.
         probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_bias)
-        probs = self.dropout(tf.cast(probs, x.dtype), training=training)
+        probs = self.dropout(tf.cast(probs, qkv.dtype), training=training)
         context = tf.matmul(probs, value)  # [B, heads, L, head_size]
         context = tf.transpose(context, [0, 2, 1, 3])  # [B, L, heads, head_size]
         return tf.reshape(context, [-1, self.config.hidden_size])
@@ -137,11 +168,17 @@ class TransformerBlock(tf_keras.layers.Layer):
         build_in_scope(self.output_layer_norm, hidden, "output")
         super().build(input_shape)
 
-    def call(self, x, mask_bias, training=False):
-        """x: [B*L, H]; mask_bias: float32 [B, 1, 1, L]. Returns [B*L, H]."""
+    def call(self, x, mask_bias, training=False, token_rows=None, output_rows=None):
+        """x: [B*L, H]; mask_bias: float32 [B, 1, 1, L]. Returns [B*L, H].
+
+        Inference options: `token_rows` (int32 [N]) when x holds only the real tokens [N, H]
+        (`SelfAttention.call`); `output_rows` (int32 [M], rows of x) to compute only those rows'
+        outputs [M, H] after the attention, which still reads every token.
+        """
         if isinstance(training, bool) and cpu_kernels.usable(x.dtype):
-            return self._fused_call(x, mask_bias, training)
-        attended = self.attention_dense(self.attention(x, mask_bias, training=training))
+            return self._fused_call(x, mask_bias, training, token_rows, output_rows)
+        context, x = self._attend(x, mask_bias, training, token_rows, output_rows)
+        attended = self.attention_dense(context)
         x = self.attention_layer_norm(self.dropout(attended, training=training) + x)
         intermediate = self.intermediate_dense(x)  # [B*L, F]
         kernel = tf.convert_to_tensor(self.output_dense.kernel)  # [F, H]
@@ -149,9 +186,17 @@ class TransformerBlock(tf_keras.layers.Layer):
         out = self.dropout(out, training=training)  # [B*L, H]
         return self.output_layer_norm(out + x)
 
-    def _fused_call(self, x, mask_bias, training: bool):
+    def _attend(self, x, mask_bias, training, token_rows, output_rows):
+        """(attention context, residual), both [rows, H]: of x's rows, or only of `output_rows`."""
+        context = self.attention(x, mask_bias, training=training, token_rows=token_rows)
+        if output_rows is None:
+            return context, x
+        return tf.gather(context, output_rows), tf.gather(x, output_rows)  # [M, H] each
+
+    def _fused_call(self, x, mask_bias, training: bool, token_rows, output_rows):
         """`call` with the element-wise stretches as fused CPU kernels: x [B*L, H] → [B*L, H]."""
-        attended = tf.matmul(self.attention(x, mask_bias, training=training), self.attention_dense.kernel)
+        context, x = self._attend(x, mask_bias, training, token_rows, output_rows)
+        attended = tf.matmul(context, self.attention_dense.kernel)
         x = self._residual_layer_norm(attended, self.attention_dense.bias, x, self.attention_layer_norm, training)
         if self.config.hidden_act == "gelu":
             intermediate = cpu_kernels.bias_gelu(tf.matmul(x, self.intermediate_dense.kernel),
@@ -228,6 +273,41 @@ class Encoder(tf_keras.layers.Layer):
             if return_all_layers:
                 layer_outputs.append(tf.reshape(x, out_shape))
         return layer_outputs if return_all_layers else tf.reshape(x, out_shape)
+
+
+    def call_unpadded(self, input_ids, input_mask, segment_ids=None, cls_only: bool = False) -> tf.Tensor:
+        """Inference (no dropout) on the real tokens only: what the served SavedModels run.
+
+        The dense layers, nearly all of the work, see the N = sum(input_mask) real tokens instead of
+        B*L rows; only the attention scores use the padded layout. A batch of 32 SST-2 dev sentences
+        is about half padding. input_ids, input_mask, segment_ids: int [B, L]; every example has at
+        least one token. Returns the real tokens' outputs [N, H] in (example, position) order
+        (`unpadded_rows` says where each sat), or with `cls_only` each example's first token [B, H],
+        the only rows the last block then computes.
+        """
+        token_rows = unpadded_rows(input_mask)  # [N]
+        embedded = self.embeddings(input_ids, segment_ids, training=False)  # [B, L, E]
+        x = tf.gather(tf.reshape(embedded, [-1, self.embeddings.embedding_size]), token_rows)  # [N, E]
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)  # [N, H]
+        mask_bias = attention_bias(input_mask)  # [B, 1, 1, L]
+        first_rows = None
+        if cls_only:  # each example's first token, as a row of x: the running count of tokens before it
+            first_rows = tf.cumsum(tf.reduce_sum(tf.cast(input_mask, tf.int32), axis=1), exclusive=True)  # [B]
+        for i, block in enumerate(self.blocks):
+            last = i == len(self.blocks) - 1
+            x = block(x, mask_bias, training=False, token_rows=token_rows, output_rows=first_rows if last else None)
+        return x
+
+    def freeze_qkv(self):
+        """Each block's Q/K/V kernels concatenated once (`SelfAttention.freeze_qkv`), for serving."""
+        for block in self.blocks:
+            block.attention.freeze_qkv()
+
+
+def unpadded_rows(input_mask: tf.Tensor) -> tf.Tensor:
+    """input_mask int [B, L] → int32 [N]: where the real tokens sit in the flattened [B*L] layout."""
+    return tf.cast(tf.where(tf.reshape(input_mask, [-1]) > 0)[:, 0], tf.int32)
 
 
 def build_encoder(config: BertConfig, embeddings: Optional[Embeddings] = None, name: str = "electra") -> Encoder:
