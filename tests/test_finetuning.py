@@ -229,3 +229,53 @@ def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir
     assert not (model_dir / "interrupted.json").exists()
     results = json.loads((data_dir / "models" / "tiny" / "results" / "mrpc_results.json").read_text())
     assert len(results["trials"]) == 1 and 0.0 <= results["trials"][0]["mrpc"]["accuracy"] <= 100.0
+
+
+@pytest.mark.parametrize("signum, moment", [(signal.SIGTERM, "last step"), (signal.SIGINT, "final evaluation")])
+def test_signal_in_a_trials_last_step_stops_the_run_after_that_trial(data_dir, capsys, monkeypatch, signum, moment):
+    """A signal during trial 1's last step (or its final dev evaluation) is not lost: trial 1 finishes and
+    its scores are saved, the run exits 128 + signal; the same command runs trial 2 only. A signal during
+    the last trial's last step lets the run complete (exit 0): nothing is left to resume."""
+    signalled = {"trial": 1}
+    compile_train_step, evaluate = Trial.compile_train_step, Trial.evaluate
+
+    def compile_signalling(self, num_steps):
+        train_step, calls = compile_train_step(self, num_steps), []
+
+        def step(batch):
+            calls.append(batch)
+            if moment == "last step" and self.trial == signalled["trial"] and len(calls) == num_steps:
+                os.kill(os.getpid(), signum)  # the handler runs before the step's own work
+            return train_step(batch)
+        return step
+
+    def evaluate_signalling(self):
+        if moment == "final evaluation" and self.trial == signalled["trial"]:
+            os.kill(os.getpid(), signum)
+        return evaluate(self)
+
+    monkeypatch.setattr(Trial, "compile_train_step", compile_signalling)
+    monkeypatch.setattr(Trial, "evaluate", evaluate_signalling)
+    values = dict(task_names=["mrpc"], num_trials=2, seed=11)  # one epoch: one dev evaluation, at the end
+    results = data_dir / "models" / "tiny" / "results" / "mrpc_results.json"
+    code, out, err = run_cli(data_dir, capsys, **values)
+    assert code == 128 + signum, out + err
+    assert f"stopped: training stopped by {signal.Signals(signum).name} after trial 1 of 2 (its scores are in " \
+           f"{results}). Run the same command again to resume" in err, err
+    assert re.search(r"^\[trial 1\] train: (\d+)/\1 steps", out, flags=re.M), out
+    assert "[trial 1] epoch 1.00 dev: mrpc accuracy" in out
+    assert "[trial 2]" not in out
+    first = json.loads(results.read_text())["trials"]
+    assert len(first) == 1
+    models = data_dir / "models" / "tiny" / "finetuning_models"
+    assert json.loads((models / "mrpc_model_2" / "interrupted.json").read_text()) == {"step": 0}
+
+    signalled["trial"] = 2  # now during the last trial: it finishes and the run is complete
+    code, out, err = run_cli(data_dir, capsys, **values)
+    assert code == 0, err
+    assert f"trials 1-1 are done (scores in {results}); resuming trial 2" in out
+    assert "[trial 1]" not in out and re.search(r"^\[trial 2\] train: (\d+)/\1 steps", out, flags=re.M), out
+    assert "[trial 2] the signal came during the last trial, which finished: the run is complete" in out
+    trials = json.loads(results.read_text())["trials"]
+    assert len(trials) == 2 and trials[0] == first[0]
+    assert not list(models.glob("mrpc_model_*/interrupted.json"))
