@@ -204,9 +204,10 @@ def test_bad_row_in_task_data_names_file_and_line(tmp_path, data_dir, capsys):
     assert code == 2 and "rte/train.tsv:3: unknown label 'maybe' for rte" in err
 
 
-def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir, capsys):
+def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir, capsys, monkeypatch, tmp_path):
     """A real run_finetuning.py gets SIGTERM mid-trial: it saves model, optimizer and step, exits 143;
-    the same command resumes the trial at that step and finishes it."""
+    the same command restores exactly that state (weights, Adam moments, iterations), resumes the
+    trial at that step and finishes it."""
     values = {**BASE, "task_names": ["mrpc"], "max_examples": 480, "keep_all_models": True}  # 60 steps
     command = [sys.executable, str(REPO / "run_finetuning.py"), "--data-dir", str(data_dir), "--model-name", "tiny",
                "--hparams", json.dumps(values)]
@@ -221,9 +222,27 @@ def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir
     step = int(stopped.group(1))
     assert 2 <= step < 60 and json.loads((model_dir / "interrupted.json").read_text())["step"] == step
 
+    resume_state, restored = Trial._resume_state, []
+
+    def resume_and_save_again(self):
+        state = resume_state(self)
+        # the slots the first step's apply_gradients creates (and only then restores), then the state as restored
+        self.optimizer._create_all_weights(self.model.trainable_variables)
+        restored.append(self._training_state().write(str(tmp_path / "restored")))
+        return state
+
+    monkeypatch.setattr(Trial, "_resume_state", resume_and_save_again)
     code, out, err = run_cli(data_dir, capsys, task_names=["mrpc"], max_examples=480, keep_all_models=True)
     assert code == 0, err
     assert f"[trial 1] resuming at step {step} from {model_dir / 'interrupted'}" in out
+    saved, again = (tf.train.load_checkpoint(path) for path in (str(model_dir / "interrupted"), restored[0]))
+    keys = set(saved.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    assert keys == set(again.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    moments = [key for key in keys if "/adam_m/" in key or "/adam_v/" in key]
+    assert moments and all(np.any(saved.get_tensor(key)) for key in moments)  # trained, not fresh zeros
+    assert again.get_tensor("optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE") == step
+    for key in keys:
+        np.testing.assert_array_equal(again.get_tensor(key), saved.get_tensor(key), err_msg=key)
     resumed = re.findall(r"train: (\d+)/60 steps", out)
     assert resumed and resumed[0] == str(step + 2 - step % 2) and resumed[-1] == "60", out
     assert not (model_dir / "interrupted.json").exists()
