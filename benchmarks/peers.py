@@ -168,13 +168,19 @@ class Worker:
             pass
         return self.receive()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30) -> None:
+        """Ends the worker: EOF on its stdin ends `serve` after the step it may be in; a worker still
+        running after `timeout` seconds (stuck, or a Ctrl-C came while waiting) is killed."""
         try:
             self.proc.stdin.close()
-        except BrokenPipeError:  # it died
+            self.proc.wait(timeout=timeout)
+        except (BrokenPipeError, subprocess.TimeoutExpired):  # it died, or it does not end
             pass
-        self.proc.wait()
-        self.log.close()
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.log.close()
 
 
 def pair_groups(variants: List[str]) -> List[List[str]]:
@@ -191,38 +197,44 @@ def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: i
     `start(variant)` returns a Worker ("gemm" included). One entry per completed group:
     {"variants": [...], "times": {variant: [seconds per timed step]}, "gemm": [GFLOP/s],
     "ready_s": {variant: seconds from its start to its ready answer}, "peak_rss_gb": {variant: GB}}.
-    A group whose worker dies (e.g. out of memory) is reported and dropped.
+    A group whose worker dies (e.g. out of memory) is reported and dropped. Every worker started is
+    closed on the way out, whatever ends the run (an error, Ctrl-C), so that none is left behind.
     """
-    def started(variant):
+    def started(variant, workers):
         begin = time.perf_counter()
-        worker = start(variant)
+        workers.append(start(variant))  # closed by the caller even if it never gets ready
+        worker = workers[-1]
         worker.receive()
         worker.ready_s = time.perf_counter() - begin
         print(f"  {label}: {variant} ready after {worker.ready_s:.1f} s "
               f"(peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
         return worker
 
-    gemm = started("gemm") if gemm_peak else None
+    gemm_workers: List[Worker] = []
     results = []
-    for group in groups:
-        workers = []
-        try:
-            for variant in group:  # built one at a time: no overlapping builds
-                workers.append(started(variant))
-            entry = {"variants": group, "times": {variant: [] for variant in group}, "gemm": [],
-                     "ready_s": {worker.variant: worker.ready_s for worker in workers}}
-            for _ in range(steps):
+    try:
+        gemm = started("gemm", gemm_workers) if gemm_peak else None
+        for group in groups:
+            workers: List[Worker] = []
+            try:
+                for variant in group:  # built one at a time: no overlapping builds
+                    started(variant, workers)
+                entry = {"variants": group, "times": {variant: [] for variant in group}, "gemm": [],
+                         "ready_s": {worker.variant: worker.ready_s for worker in workers}}
+                for _ in range(steps):
+                    for worker in workers:
+                        entry["times"][worker.variant].append(worker.step())
+                        if gemm:
+                            entry["gemm"].append(gemm.step())
+                entry["peak_rss_gb"] = {worker.variant: worker.peak_rss_gb for worker in workers}
+                results.append(entry)
+            except WorkerDied as error:
+                print(f"  {label}: group {'+'.join(group)} dropped: {error}", flush=True)
+            finally:
                 for worker in workers:
-                    entry["times"][worker.variant].append(worker.step())
-                    if gemm:
-                        entry["gemm"].append(gemm.step())
-            entry["peak_rss_gb"] = {worker.variant: worker.peak_rss_gb for worker in workers}
-            results.append(entry)
-        except WorkerDied as error:
-            print(f"  {label}: group {'+'.join(group)} dropped: {error}", flush=True)
-        for worker in workers:
-            print(f"  {label}: {worker.variant} done (peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
+                    print(f"  {label}: {worker.variant} done (peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
+                    worker.close()
+    finally:
+        for worker in gemm_workers:
             worker.close()
-    if gemm:
-        gemm.close()
     return results

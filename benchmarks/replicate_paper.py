@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--status", action="store_true", help="print what is done and what remains, then exit")
     parser.add_argument("--report", action="store_true", help="regenerate results.json, table.md, PNGs, then exit")
     parser.add_argument("--max-units", type=int, default=None,
-                        help="stop after this many units (a pretraining run's segments are never split)")
+                        help="stop after this many units; each pretraining segment is a unit, but a run's pending "
+                             "segments are never split (N below their number is refused)")
     parser.add_argument("--shared-data", default=None,
                         help="the shared data dir (default: shared/data beside the checkout or its parent)")
     return parser
@@ -43,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.max_units is not None and args.max_units < 1:
+        print(f"error: --max-units {args.max_units} must be at least 1", file=sys.stderr)
+        return 2
     from paper_replication.report import write_report
     from paper_replication.runner import execute, find_shared_data, status
     from paper_replication.settings import QUICK, REAL

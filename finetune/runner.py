@@ -11,6 +11,11 @@ with the best dev score so far. Results are rewritten after every trial.
 SIGTERM or SIGINT stops a trial at the next step with a checkpoint of its model, optimizer and step
 (`interrupted`, with `interrupted.json`) in its model dir; running the same command again skips
 the finished trials (their scores are in the results file) and resumes that trial at that step.
+A signal during a trial's last step, its final evaluation or the saving of its model and scores
+lets that trial finish and write its scores; the run then stops with the same exit status and
+marks the next trial as not started (`interrupted.json` with step 0), so that the same command
+goes on with that trial. After the last trial there is nothing left to resume, and the run ends
+as usual.
 """
 
 import json
@@ -152,8 +157,11 @@ class Trial:
         step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn)
         return tf.function(lambda batch: step_fn(batch), input_signature=[self.batch_spec])
 
-    def train(self) -> Optional[Scores]:
-        """Trains; returns the dev scores of the final (or, with keep_best_model, best) epoch, if any."""
+    def train(self, interrupt: Interruption) -> Optional[Scores]:
+        """Trains; returns the dev scores of the final (or, with keep_best_model, best) epoch, if any.
+
+        A signal `interrupt` received before the last step stops the trial with a checkpoint; one
+        received during the last step is left to `run`, which stops after this trial."""
         config, train = self.config, self.data.train
         per_epoch = steps_per_epoch(len(train), config.train_batch_size)
         num_steps = int(per_epoch * config.num_train_epochs)
@@ -173,30 +181,28 @@ class Trial:
         loss_sum, logged = 0.0, start
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
                                 config.max_seq_length, self.make_batch, start=start)
-        with Interruption(self.stream) as interrupt:
-            for step, batch in enumerate(batches, start=start + 1):
-                loss = float(train_step(batch))
-                if not math.isfinite(loss):
-                    raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
-                loss_sum += loss
-                progress.done = step
-                if step % config.iterations_per_loop == 0 or step == num_steps:
-                    self.log(f"{progress.line()} loss {loss_sum / (step - logged):.4f}")
-                    loss_sum, logged = 0.0, step
-                if step % config.save_checkpoints_steps == 0:
-                    self.checkpoint.write(str(self.model_dir / FINETUNED))
-                if self.data.dev and (step == num_steps or (config.evaluate_every_epoch and step % per_epoch == 0)):
-                    scores = self.evaluate()
-                    epoch = step / per_epoch
-                    self.log(f"epoch {epoch:.2f} dev: " + "; ".join(
-                        f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
-                    if config.keep_best_model and main_score(scores) > best:
-                        best, best_scores = main_score(scores), scores
-                        self.checkpoint.write(str(self.model_dir / BEST))
-                if interrupt.requested and step < num_steps:
-                    saved = self._save_interrupted(dict(step=step, scores=scores, best=best, best_scores=best_scores))
-                    raise interrupt.stop(step, saved)
-        (self.model_dir / f"{INTERRUPTED}.json").unlink(missing_ok=True)
+        for step, batch in enumerate(batches, start=start + 1):
+            loss = float(train_step(batch))
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
+            loss_sum += loss
+            progress.done = step
+            if step % config.iterations_per_loop == 0 or step == num_steps:
+                self.log(f"{progress.line()} loss {loss_sum / (step - logged):.4f}")
+                loss_sum, logged = 0.0, step
+            if step % config.save_checkpoints_steps == 0:
+                self.checkpoint.write(str(self.model_dir / FINETUNED))
+            if self.data.dev and (step == num_steps or (config.evaluate_every_epoch and step % per_epoch == 0)):
+                scores = self.evaluate()
+                epoch = step / per_epoch
+                self.log(f"epoch {epoch:.2f} dev: " + "; ".join(
+                    f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
+                if config.keep_best_model and main_score(scores) > best:
+                    best, best_scores = main_score(scores), scores
+                    self.checkpoint.write(str(self.model_dir / BEST))
+            if interrupt.requested and step < num_steps:
+                saved = self._save_interrupted(dict(step=step, scores=scores, best=best, best_scores=best_scores))
+                raise interrupt.stop(step, saved)
         if config.keep_best_model and self.data.dev:
             self.checkpoint.read(str(self.model_dir / BEST)).assert_existing_objects_matched()
             self.log(f"kept the best epoch (dev score {best:.2f})")
@@ -215,10 +221,11 @@ class Trial:
 
     def _resume_state(self) -> Optional[dict]:
         """The state of this trial saved by `_save_interrupted` (model and optimizer restored), or
-        None when there is none or the run's config changed since."""
+        None when there is none, the trial had not started (`mark_not_started`) or the run's config
+        changed since."""
         marker = self.model_dir / f"{INTERRUPTED}.json"
         saved_config = self.model_dir / RUN_CONFIG
-        if not marker.exists() or not saved_config.exists():
+        if not marker.exists() or not saved_config.exists():  # a trial not started has no config yet
             return None
         if json.loads(saved_config.read_text()) != json.loads(self.config.to_json()):
             self.log(f"{self.model_dir} holds an interrupted trial of another config: starting over")
@@ -242,27 +249,43 @@ def run(config: FinetuningConfig, stream=None) -> dict:
     data = load_task_data(config, make_tokenizer(config))
     first, trials, extra = _finished_trials(config, stream)
     best_test = main_score(trials[extra["test_predictions"]["trial"] - 1]) if "test_predictions" in extra else -math.inf
-    for number in range(first, config.num_trials + 1):
-        trial = Trial(config, data, number, stream)
-        trial.initialise()
-        scores = trial.train() if config.do_train else None
-        if scores is None and data.dev:
-            scores = trial.evaluate()
-        if scores is not None:
-            trials.append(scores)
-        candidate = main_score(scores) if scores else -number
-        if config.write_test_outputs and number <= config.n_writes_test and candidate > best_test:
-            best_test = candidate
-            files = trial.write_test_files(Path(config.results_dir) / GLUE_TEST_DIR)
-            extra["test_predictions"] = {"trial": number, "files": files}
-            trial.log(f"wrote {len(files)} GLUE test file(s) to {Path(config.results_dir) / GLUE_TEST_DIR}")
-        if config.do_train and not config.keep_all_models:
-            shutil.rmtree(trial.model_dir, ignore_errors=True)
-        document = write_results(config.results_dir, config.tasks_key, trials, extra)
+    with Interruption(stream) as interrupt:
+        for number in range(first, config.num_trials + 1):
+            trial = Trial(config, data, number, stream)
+            trial.initialise()
+            scores = trial.train(interrupt) if config.do_train else None
+            if scores is None and data.dev:
+                scores = trial.evaluate()
+            if scores is not None:
+                trials.append(scores)
+            candidate = main_score(scores) if scores else -number
+            if config.write_test_outputs and number <= config.n_writes_test and candidate > best_test:
+                best_test = candidate
+                files = trial.write_test_files(Path(config.results_dir) / GLUE_TEST_DIR)
+                extra["test_predictions"] = {"trial": number, "files": files}
+                trial.log(f"wrote {len(files)} GLUE test file(s) to {Path(config.results_dir) / GLUE_TEST_DIR}")
+            if config.do_train and not config.keep_all_models:
+                shutil.rmtree(trial.model_dir, ignore_errors=True)
+            document = write_results(config.results_dir, config.tasks_key, trials, extra)
+            (trial.model_dir / f"{INTERRUPTED}.json").unlink(missing_ok=True)  # this trial is done
+            if interrupt.requested and number < config.num_trials:
+                mark_not_started(config, number + 1)
+                raise interrupt.stop_with(f"after trial {number} of {config.num_trials} (its scores are in "
+                                          f"{Path(config.results_dir) / config.tasks_key}_results.json)")
+            if interrupt.requested:
+                trial.log("the signal came during the last trial, which finished: the run is complete")
     if trials:
         print(f"\n{config.tasks_key}: dev scores over {len(trials)} trial(s)\n{format_table(document['aggregate'])}",
               file=stream, flush=True)
     return document
+
+
+def mark_not_started(config: FinetuningConfig, number: int) -> None:
+    """Marks trial `number` as the one to run next (step 0, no checkpoint) for `_finished_trials`."""
+    model_dir = Path(config.model_dir(number))
+    shutil.rmtree(model_dir, ignore_errors=True)  # a stale model dir of an earlier run would be resumed
+    model_dir.mkdir(parents=True)
+    (model_dir / f"{INTERRUPTED}.json").write_text(json.dumps({"step": 0}))
 
 
 def _finished_trials(config: FinetuningConfig, stream):

@@ -1,39 +1,34 @@
 """SQuAD 1.1 / 2.0: reading the official JSON and cutting questions + contexts into model windows.
 
-Reading (the original's `QATask._add_examples`): a context is split into words on SQuAD whitespace
-(space, tab, CR, LF, U+202F); each character maps to the word it lies in, and an answer's
-`answer_start` (a character offset) gives its first and last word. A bad file -- malformed JSON,
-a missing field, a question with no context -- raises InputError naming the file and the question
-id. A training question whose answer is not found where `answer_start` points (the original's
-"Could not find answer") is skipped, as the original did, and counted; real training sets have a
-few. More than MAX_UNFINDABLE_SHARE of them means the wrong file (or offsets into another text)
-and is an error, as is such an answer in a dev file, where the original never looked.
+Reading (the original's `QATask._add_examples`): each context is split into words
+(`finetune.squad_context.Paragraph`), and an answer's `answer_start` (a character offset) gives its
+first and last word. A bad file -- malformed JSON, a missing field, a question with no context --
+raises InputError naming the file and the question id. A training question whose answer is not
+found where `answer_start` points (the original's "Could not find answer") is skipped, as the
+original did, and counted; real training sets have a few. More than MAX_UNFINDABLE_SHARE of them
+means the wrong file (or offsets into another text) and is an error, as is such an answer in a dev
+file, where the original never looked.
 
-Featurizing (the original's `QATask.featurize`): every word is WordPiece-tokenized on its own;
+Featurizing (the original's `QATask.featurize`): the context's sub-tokens, which keep the
+characters they came from (`finetune.squad_context.DocTokens`), go into
 `[CLS] question [SEP] window [SEP]` (question cut to max_query_length tokens, segment 0; window
 and its `[SEP]` segment 1), windows of at most max_seq_length - len(question) - 3 tokens starting
 every min(window, doc_stride) tokens; feature eid = 1000 * example eid + window index. Gold
-start/end point at the answer's tokens inside the window, or both at 0 (`[CLS]`) when the window
-does not hold the whole answer or the question is unanswerable.
-
-Unlike the original, every sub-token also keeps the character range of the context it came from
-(`DocTokens.char_start/char_end`), so a predicted token span maps back to the exact context
-substring, and the gold token span is the tokens overlapping the answer's characters (the
-original reached the same span through `_improve_answer_span`).
+start/end point at the answer's tokens (those overlapping its characters) inside the window, or
+both at 0 (`[CLS]`) when the window does not hold the whole answer or the question is unanswerable.
 """
-
 import dataclasses
 import itertools
 import json
-import unicodedata
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from electra_tf.errors import InputError
-from electra_tf.tokenization import SUFFIX_INDICATOR, Tokenizer
+from electra_tf.tokenization import Tokenizer
 from finetune.inputs import Features, _tokenize, pad_batch
+from finetune.squad_context import DocTokens, Paragraph, tokenize_paragraphs
 
 MAX_UNFINDABLE_SHARE = 0.05  # of a training file's answerable questions; more is an error
 SPAN_EID_FACTOR = 1000  # feature eid = 1000 * example eid + window index (the original's)
@@ -46,42 +41,6 @@ def split_file(finetuning_data, task_name: str, split: str) -> Path:
     if not path.is_file():
         raise InputError(f"task {task_name}: no {split} file {path}")
     return path
-
-
-def is_whitespace(char: str) -> bool:
-    """SQuAD's word separators (the original's `is_whitespace`; U+00A0 stays inside words)."""
-    return char in " \t\r\n" or ord(char) == 0x202F
-
-
-@dataclasses.dataclass
-class Paragraph:
-    """A context, its whitespace words and each word's [start, end) character range."""
-
-    context: str
-    words: List[str]
-    word_start: np.ndarray  # int32 [W]
-    word_end: np.ndarray  # int32 [W]
-    char_to_word: np.ndarray  # int32 [len(context)]: the word a character is in (or precedes)
-
-    @classmethod
-    def split(cls, context: str) -> "Paragraph":
-        words, starts, ends, char_to_word = [], [], [], []
-        previous_is_space = True
-        for index, char in enumerate(context):
-            if is_whitespace(char):
-                previous_is_space = True
-            else:
-                if previous_is_space:
-                    words.append(char)
-                    starts.append(index)
-                    ends.append(index + 1)
-                else:
-                    words[-1] += char
-                    ends[-1] = index + 1
-                previous_is_space = False
-            char_to_word.append(len(words) - 1)
-        return cls(context, words, np.asarray(starts, np.int32), np.asarray(ends, np.int32),
-                   np.asarray(char_to_word, np.int32))
 
 
 @dataclasses.dataclass
@@ -232,80 +191,6 @@ def _check_unfindable(path, unfindable: List[str], answerable: int, log: Callabl
         f"where answer_start points (the original's \"Could not find answer\"); first: {unfindable[0]}")
 
 
-def _normalized_chars(word: str, lower: bool) -> Tuple[str, List[int]]:
-    """The word as WordPiece sees it (cleaned; lower-cased and accent-stripped if `lower`) and, for
-    each of its characters, the index of the word character it came from."""
-    if word.isascii():
-        return (word.lower() if lower else word), list(range(len(word)))
-    text, origin = [], []
-    for index, char in enumerate(word):
-        if char in "\x00\ufffd" or unicodedata.category(char).startswith("C"):
-            continue
-        piece = char
-        if lower:
-            piece = "".join(c for c in unicodedata.normalize("NFD", char.lower())
-                            if unicodedata.category(c) != "Mn")
-        text.append(piece)
-        origin += [index] * len(piece)
-    return "".join(text), origin
-
-
-@dataclasses.dataclass
-class DocTokens:
-    """A context's sub-tokens: ids, the word each came from, and its [start, end) characters."""
-
-    ids: np.ndarray  # int32 [T]
-    word: np.ndarray  # int32 [T]
-    char_start: np.ndarray  # int32 [T]
-    char_end: np.ndarray  # int32 [T]
-
-    def text(self, context: str, first: int, last: int) -> str:
-        """The context substring that sub-tokens first..last (inclusive) cover."""
-        return context[self.char_start[first]:self.char_end[last]]
-
-    def span_of(self, start_char: int, end_char: int) -> Tuple[int, int]:
-        """First and last sub-token overlapping the characters [start_char, end_char)."""
-        inside = np.nonzero((self.char_end > start_char) & (self.char_start < end_char))[0]
-        return int(inside[0]), int(inside[-1])
-
-
-def align_tokens(paragraph: Paragraph, word_ids: Sequence[np.ndarray], tokenizer: Tokenizer) -> DocTokens:
-    """Each sub-token's character range: its text (without "##") matched in the normalized word;
-    a token that does not match ([UNK], ...) and those after it span the rest of the word."""
-    ids, words, starts, ends = [], [], [], []
-    for w, (word, pieces) in enumerate(zip(paragraph.words, word_ids)):
-        offset, word_end = int(paragraph.word_start[w]), int(paragraph.word_end[w])
-        normalized, origin = _normalized_chars(word, tokenizer.do_lower_case)
-        position, aligned = 0, True
-        for token_id in pieces:
-            piece = tokenizer.vocab[int(token_id)]
-            piece = piece[len(SUFFIX_INDICATOR):] if piece.startswith(SUFFIX_INDICATOR) else piece
-            aligned = aligned and normalized.startswith(piece, position) and len(piece) > 0
-            if aligned:
-                start, end = offset + origin[position], offset + origin[position + len(piece) - 1] + 1
-                position += len(piece)
-            else:
-                start = offset + origin[position] if position < len(origin) else offset
-                end = word_end
-            ids.append(int(token_id))
-            words.append(w)
-            starts.append(start)
-            ends.append(end)
-    as_array = lambda values: np.asarray(values, np.int32)  # noqa: E731
-    return DocTokens(as_array(ids), as_array(words), as_array(starts), as_array(ends))
-
-
-def tokenize_paragraphs(examples: Sequence[Example], tokenizer: Tokenizer) -> Dict[int, DocTokens]:
-    """{id(paragraph): DocTokens} for the distinct contexts of the examples (each tokenized once)."""
-    paragraphs = list({id(e.paragraph): e.paragraph for e in examples}.values())
-    pieces = _tokenize(tokenizer, [word for p in paragraphs for word in p.words])
-    tokens, cursor = {}, 0
-    for paragraph in paragraphs:
-        tokens[id(paragraph)] = align_tokens(paragraph, pieces[cursor:cursor + len(paragraph.words)], tokenizer)
-        cursor += len(paragraph.words)
-    return tokens
-
-
 @dataclasses.dataclass
 class QAFeatures(Features):
     """Windows of `Features` plus what the QA head, loss and postprocessing need, per window."""
@@ -350,7 +235,7 @@ def featurize(examples: Sequence[Example], tokenizer: Tokenizer, max_seq_length:
     """Every window of every example (see the module docstring). With `drop_windows_without_answer`
     (SQuAD 1.1 training, as the original) a window that does not hold the gold answer is left out;
     otherwise it points at [CLS] (start = end = 0), a no-answer window for SQuAD 2.0."""
-    doc_tokens = tokenize_paragraphs(examples, tokenizer)
+    doc_tokens = tokenize_paragraphs([e.paragraph for e in examples], tokenizer)
     questions = _tokenize(tokenizer, [e.question for e in examples])
     rows = {name: [] for name in ("token_ids", "segment_ids", "eids", "example_index", "doc_start", "doc_offset",
                                   "doc_length", "max_context", "start_positions", "end_positions",

@@ -6,7 +6,7 @@ when both ends lie in the window's context, the start is not `[CLS]`, the window
 token's max-context window, end >= start, and the span has at most max_answer_length tokens;
 they are ranked by start + end log-probability, and the first n_best_size distinct texts form the
 n-best list ("empty" when none survives). A span's text is the exact context substring its tokens
-cover (`finetune.squad.DocTokens`). For SQuAD 2.0 the prediction is the best non-empty text and
+cover (`finetune.squad_context.DocTokens`). For SQuAD 2.0 the prediction is the best non-empty text and
 the question's null odds are the minimum over its windows of the null score (the answerability
 logit; without the classifier, null score minus the best span's score): the evaluator turns a
 prediction into "" when its null odds exceed qa_na_threshold (-2.75).

@@ -1,11 +1,22 @@
 """The benchmarks' pure helpers (no timing): how peers are grouped in pairs, the per-pair ratios,
-and the float32 fact serving.py's HF export rests on."""
+that worker processes end whatever ends a benchmark, and the float32 fact serving.py's HF export
+rests on."""
+
+import os
 
 import numpy as np
 import pytest
 
 from benchmarks.finetune_throughput import pair_ratios
-from benchmarks.peers import pair_groups
+from benchmarks.peers import Worker, pair_groups, run_groups
+
+# A worker in plain Python: ready at once, then answers each step with 0.5 s (or, with --bad, a
+# line the driver cannot read).
+FAKE_WORKER = """import sys
+print("@@ 0 0.01", flush=True)
+for line in sys.stdin:
+    print("@@ not-a-number" if "--bad" in sys.argv else "@@ 0.5 0.01", flush=True)
+"""
 from benchmarks.serving import SHIFT
 
 
@@ -29,3 +40,34 @@ def test_gelu_is_the_identity_past_the_shift_in_float32():
     torch = pytest.importorskip("torch")
     x = torch.linspace(-9.99, 60.0, 200001, dtype=torch.float32) + SHIFT
     np.testing.assert_array_equal(torch.nn.functional.gelu(x).numpy(), x.numpy())
+
+
+@pytest.mark.parametrize("failure", [None, "unreadable answer", "peer cannot start"])
+def test_every_started_worker_ends_whatever_ends_the_benchmark(tmp_path, failure):
+    script = tmp_path / "benchmarks" / "fake_worker.py"
+    script.parent.mkdir()
+    script.write_text(FAKE_WORKER)
+    workers = []
+
+    def start(variant):
+        if failure == "peer cannot start" and variant == "peer":
+            raise RuntimeError("the peer's build failed")
+        bad = failure == "unreadable answer" and variant == "peer"
+        workers.append(Worker(str(script), variant, ["--bad"] if bad else [], dict(os.environ)))
+        return workers[-1]
+
+    try:
+        if failure is None:
+            results = run_groups([["ours", "peer"]], start, steps=2, label="test")
+            assert results[0]["times"] == {"ours": [0.5, 0.5], "peer": [0.5, 0.5]} and len(results[0]["gemm"]) == 4
+        else:
+            with pytest.raises(ValueError if failure == "unreadable answer" else RuntimeError):
+                run_groups([["ours", "peer"]], start, steps=2, label="test")
+        started = ["gemm", "ours"] if failure == "peer cannot start" else ["gemm", "ours", "peer"]
+        assert [worker.variant for worker in workers] == started
+        assert all(worker.proc.poll() is not None for worker in workers), "a worker outlived the benchmark"
+    finally:
+        for worker in workers:
+            if worker.proc.poll() is None:
+                worker.proc.kill()
+                worker.proc.wait()

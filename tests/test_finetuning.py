@@ -204,9 +204,10 @@ def test_bad_row_in_task_data_names_file_and_line(tmp_path, data_dir, capsys):
     assert code == 2 and "rte/train.tsv:3: unknown label 'maybe' for rte" in err
 
 
-def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir, capsys):
+def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir, capsys, monkeypatch, tmp_path):
     """A real run_finetuning.py gets SIGTERM mid-trial: it saves model, optimizer and step, exits 143;
-    the same command resumes the trial at that step and finishes it."""
+    the same command restores exactly that state (weights, Adam moments, iterations), resumes the
+    trial at that step and finishes it."""
     values = {**BASE, "task_names": ["mrpc"], "max_examples": 480, "keep_all_models": True}  # 60 steps
     command = [sys.executable, str(REPO / "run_finetuning.py"), "--data-dir", str(data_dir), "--model-name", "tiny",
                "--hparams", json.dumps(values)]
@@ -221,11 +222,79 @@ def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir
     step = int(stopped.group(1))
     assert 2 <= step < 60 and json.loads((model_dir / "interrupted.json").read_text())["step"] == step
 
+    resume_state, restored = Trial._resume_state, []
+
+    def resume_and_save_again(self):
+        state = resume_state(self)
+        # the slots the first step's apply_gradients creates (and only then restores), then the state as restored
+        self.optimizer._create_all_weights(self.model.trainable_variables)
+        restored.append(self._training_state().write(str(tmp_path / "restored")))
+        return state
+
+    monkeypatch.setattr(Trial, "_resume_state", resume_and_save_again)
     code, out, err = run_cli(data_dir, capsys, task_names=["mrpc"], max_examples=480, keep_all_models=True)
     assert code == 0, err
     assert f"[trial 1] resuming at step {step} from {model_dir / 'interrupted'}" in out
+    saved, again = (tf.train.load_checkpoint(path) for path in (str(model_dir / "interrupted"), restored[0]))
+    keys = set(saved.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    assert keys == set(again.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    moments = [key for key in keys if "/adam_m/" in key or "/adam_v/" in key]
+    assert moments and all(np.any(saved.get_tensor(key)) for key in moments)  # trained, not fresh zeros
+    assert again.get_tensor("optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE") == step
+    for key in keys:
+        np.testing.assert_array_equal(again.get_tensor(key), saved.get_tensor(key), err_msg=key)
     resumed = re.findall(r"train: (\d+)/60 steps", out)
     assert resumed and resumed[0] == str(step + 2 - step % 2) and resumed[-1] == "60", out
     assert not (model_dir / "interrupted.json").exists()
     results = json.loads((data_dir / "models" / "tiny" / "results" / "mrpc_results.json").read_text())
     assert len(results["trials"]) == 1 and 0.0 <= results["trials"][0]["mrpc"]["accuracy"] <= 100.0
+
+
+@pytest.mark.parametrize("signum, moment", [(signal.SIGTERM, "last step"), (signal.SIGINT, "final evaluation")])
+def test_signal_in_a_trials_last_step_stops_the_run_after_that_trial(data_dir, capsys, monkeypatch, signum, moment):
+    """A signal during trial 1's last step (or its final dev evaluation) is not lost: trial 1 finishes and
+    its scores are saved, the run exits 128 + signal; the same command runs trial 2 only. A signal during
+    the last trial's last step lets the run complete (exit 0): nothing is left to resume."""
+    signalled = {"trial": 1}
+    compile_train_step, evaluate = Trial.compile_train_step, Trial.evaluate
+
+    def compile_signalling(self, num_steps):
+        train_step, calls = compile_train_step(self, num_steps), []
+
+        def step(batch):
+            calls.append(batch)
+            if moment == "last step" and self.trial == signalled["trial"] and len(calls) == num_steps:
+                os.kill(os.getpid(), signum)  # the handler runs before the step's own work
+            return train_step(batch)
+        return step
+
+    def evaluate_signalling(self):
+        if moment == "final evaluation" and self.trial == signalled["trial"]:
+            os.kill(os.getpid(), signum)
+        return evaluate(self)
+
+    monkeypatch.setattr(Trial, "compile_train_step", compile_signalling)
+    monkeypatch.setattr(Trial, "evaluate", evaluate_signalling)
+    values = dict(task_names=["mrpc"], num_trials=2, seed=11)  # one epoch: one dev evaluation, at the end
+    results = data_dir / "models" / "tiny" / "results" / "mrpc_results.json"
+    code, out, err = run_cli(data_dir, capsys, **values)
+    assert code == 128 + signum, out + err
+    assert f"stopped: training stopped by {signal.Signals(signum).name} after trial 1 of 2 (its scores are in " \
+           f"{results}). Run the same command again to resume" in err, err
+    assert re.search(r"^\[trial 1\] train: (\d+)/\1 steps", out, flags=re.M), out
+    assert "[trial 1] epoch 1.00 dev: mrpc accuracy" in out
+    assert "[trial 2]" not in out
+    first = json.loads(results.read_text())["trials"]
+    assert len(first) == 1
+    models = data_dir / "models" / "tiny" / "finetuning_models"
+    assert json.loads((models / "mrpc_model_2" / "interrupted.json").read_text()) == {"step": 0}
+
+    signalled["trial"] = 2  # now during the last trial: it finishes and the run is complete
+    code, out, err = run_cli(data_dir, capsys, **values)
+    assert code == 0, err
+    assert f"trials 1-1 are done (scores in {results}); resuming trial 2" in out
+    assert "[trial 1]" not in out and re.search(r"^\[trial 2\] train: (\d+)/\1 steps", out, flags=re.M), out
+    assert "[trial 2] the signal came during the last trial, which finished: the run is complete" in out
+    trials = json.loads(results.read_text())["trials"]
+    assert len(trials) == 2 and trials[0] == first[0]
+    assert not list(models.glob("mrpc_model_*/interrupted.json"))

@@ -2,6 +2,7 @@
 and `--quick` end to end: the pipeline, resumption (a rerun redoes no finished unit), `--status`
 and the format of results.json / table.md (never the numbers, which mean nothing at that size)."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,8 +15,12 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "replicate_paper.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import replicate_paper  # noqa: E402
+from paper_replication import runner  # noqa: E402
 from paper_replication.flops import flops_per_step  # noqa: E402
-from paper_replication.stages import transfers  # noqa: E402
+from paper_replication.settings import QUICK  # noqa: E402
+from paper_replication.stages import StagePlan, transfers  # noqa: E402
+from paper_replication.units import Context, Unit  # noqa: E402
 
 
 def test_flops_reproduce_the_original_accounting():
@@ -36,6 +41,53 @@ def test_decision_rule_needs_both_tasks_and_the_margin():
     assert transfers({"sst": 1.5, "mrpc": 0.6}, 1.0)
     assert not transfers({"sst": 3.0, "mrpc": -0.1}, 1.0)  # loses on one task
     assert not transfers({"sst": 0.9, "mrpc": 0.9}, 1.0)  # mean gain below the margin
+
+
+def _segments(run: str, count: int):
+    return [Unit(f"s1/{run}/pretrain/{10 * k}", "pretrain",
+                 {"run": run, "step": 10 * k, "from_step": 10 * (k - 1), "flops_per_step": 1.0})
+            for k in range(1, count + 1)]
+
+
+def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, monkeypatch, capsys):
+    """--max-units N: each pretraining segment is a unit; a run's segments go to one worker together
+    (it trains the run to its end), so N below their number is one clear error (exit 2), not a run
+    that makes no progress. Planning and the worker are replaced: this checks the runner's loop only."""
+    units = [Unit("s1/data/vocab", "vocab", {}), *_segments("pilot_a", 3), Unit("s1/pilot_a/eval/10", "eval", {}),
+             Unit("s1/pilot_a/eval/20", "eval", {})]
+    assert [u.id for u in runner._batch(units, 3)] == ["s1/data/vocab"]  # the run's 3 segments do not fit
+    assert runner._batch(units[1:], 2) == [] and runner._batch(units[1:], 4) == units[1:5]
+    long_run = _segments("long", runner.BATCH_UNITS + 5)
+    assert runner._batch(long_run + units[:1]) == long_run  # whole, though longer than a batch
+
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    batches = []
+
+    def fake_worker(ctx, stage, batch):
+        batches.append([unit.id for unit in batch])
+        for unit in batch:
+            ctx.store.write(unit.id, {"seconds": 2.0, "steps_timed": 10})
+
+    monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())
+    monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+    monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage: [StagePlan(units, complete=True)])
+    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    reports = []
+    assert runner.execute(ctx, 1, reports.append, max_units=1) == 0  # the vocab, then the run does not fit
+    assert batches == [["s1/data/vocab"]] and "stopped after 1 units (--max-units 1; the next would exceed it)" \
+        in capsys.readouterr().out
+    assert runner.execute(ctx, 1, reports.append, max_units=2) == 2
+    assert batches == [["s1/data/vocab"]]  # nothing ran
+    assert "error: --max-units 2 is fewer than the 3 pending segments of pretraining run pilot_a, which one worker " \
+           "trains to its end (each segment counts as a unit, and a run is never split): give --max-units 3 or more" \
+           in capsys.readouterr().err
+    assert runner.execute(ctx, 1, reports.append, max_units=4) == 0
+    assert batches[1:] == [[u.id for u in units[1:5]]]  # the run's 3 segments and an evaluation: 4 units
+    assert "stopped after 4 units" in capsys.readouterr().out
+    assert runner.execute(ctx, 1, reports.append) == 0 and batches[2:] == [["s1/pilot_a/eval/20"]]
+    assert ctx.pending(units) == []
+    assert replicate_paper.main(["--output-dir", str(tmp_path / "out"), "--max-units", "0"]) == 2
+    assert "error: --max-units 0 must be at least 1" in capsys.readouterr().err
 
 
 def _run(out: Path, shared: Path, *args: str) -> subprocess.CompletedProcess:

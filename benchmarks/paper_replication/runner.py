@@ -74,24 +74,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _batch(pending: List[Unit], limit: int = BATCH_UNITS) -> List[Unit]:
-    """The next units for one worker: at most `limit` (BATCH_UNITS unless --max-units says fewer),
-    never splitting a pretraining run (its process completes all its segments)."""
-    batch = []
-    for index, unit in enumerate(pending):
-        same_run = batch and unit.kind == "pretrain" and batch[-1].kind == "pretrain" and \
-            batch[-1].params["run"] == unit.params["run"]
-        if same_run:
-            batch.append(unit)
-            continue
-        run_length = 1
-        while unit.kind == "pretrain" and index + run_length < len(pending) and \
-                pending[index + run_length].kind == "pretrain" and \
-                pending[index + run_length].params["run"] == unit.params["run"]:
-            run_length += 1
-        if len(batch) + run_length > limit and (batch or limit < run_length):
+def _run_length(pending: List[Unit], index: int) -> int:
+    """How many units from `index` on are segments of one pretraining run (1 for another unit)."""
+    unit, length = pending[index], 1
+    while unit.kind == "pretrain" and index + length < len(pending) and pending[index + length].kind == "pretrain" \
+            and pending[index + length].params["run"] == unit.params["run"]:
+        length += 1
+    return length
+
+
+def _batch(pending: List[Unit], budget: Optional[int] = None) -> List[Unit]:
+    """The next units for one worker: up to BATCH_UNITS (a longer pretraining run still goes whole)
+    and never more than `budget` (what --max-units leaves). A pretraining run's pending segments
+    are never split: its worker trains the run to its end (`worker.do_pretrain`)."""
+    batch: List[Unit] = []
+    while len(batch) < len(pending):
+        length = _run_length(pending, len(batch))
+        if (batch and len(batch) + length > BATCH_UNITS) or (budget is not None and len(batch) + length > budget):
             break
-        batch.append(unit)
+        batch += pending[len(batch):len(batch) + length]
     return batch
 
 
@@ -144,8 +145,9 @@ def run_worker(ctx: Context, stage: Stage, units: List[Unit]) -> None:
 
 
 def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[int] = None) -> int:
-    """Runs stages 1..last_stage to the end (or to the stop rule, or after `max_units` units);
-    `on_stage_done(ctx)` writes the report."""
+    """Runs stages 1..last_stage to the end (or to the stop rule, or after at most `max_units` units,
+    a pretraining segment being one; 2 with an error when `max_units` is below the number of the
+    next pretraining run's pending segments, which cannot be split); `on_stage_done(ctx)` writes the report."""
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(ctx.output_dir):
         prepare_glue(ctx)
@@ -170,10 +172,18 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
             if current > 1 and current not in reported:
                 reported.add(current)
                 on_stage_done(ctx)  # the previous stage's results
-            limit = BATCH_UNITS if max_units is None else min(BATCH_UNITS, max_units - ran)
-            batch = _batch(ctx.pending(stage.units), limit)
+            pending = ctx.pending(stage.units)
+            batch = _batch(pending, None if max_units is None else max_units - ran)
+            if not batch and ran == 0:  # the next unit is a pretraining run with more segments than that
+                segments = _run_length(pending, 0)
+                print(f"error: --max-units {max_units} is fewer than the {segments} pending segments of pretraining "
+                      f"run {pending[0].params['run']}, which one worker trains to its end (each segment counts "
+                      f"as a unit, and a run is never split): give --max-units {segments} or more",
+                      file=sys.stderr, flush=True)
+                return 2
             if not batch:
-                print(f"stopped after {ran} units (--max-units {max_units}); rerun to continue", flush=True)
+                print(f"stopped after {ran} units (--max-units {max_units}; the next would exceed it); "
+                      "rerun to continue", flush=True)
                 on_stage_done(ctx)
                 return 0
             run_worker(ctx, stage, batch)

@@ -57,10 +57,13 @@ class Interruption:
     def stop(self, step: int, saved: Optional[str]) -> TrainingInterrupted:
         """The exception that ends the run after the checkpoint `saved` at `step` (None: another worker
         of the cluster was signalled, and the chief saved)."""
+        return self.stop_with(f"at step {step}; the checkpoint is {saved or 'the model dir'}")
+
+    def stop_with(self, where: str) -> TrainingInterrupted:
+        """The exception that ends the run at the point `where` ("at step 5; the checkpoint is ...")."""
         name = signal.Signals(self.signum).name if self.signum else "a signal to another worker"
-        where = saved or "the model dir"
-        return TrainingInterrupted(f"training stopped by {name} at step {step}; the checkpoint is {where}. "
-                                   "Run the same command again to resume", 128 + (self.signum or signal.SIGTERM))
+        return TrainingInterrupted(f"training stopped by {name} {where}. Run the same command again to resume",
+                                   128 + (self.signum or signal.SIGTERM))
 
 
 def quietly(function, **kwargs):
