@@ -190,9 +190,11 @@ def pair_groups(variants: List[str]) -> List[List[str]]:
 
 
 def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: int, label: str,
-               gemm_peak: bool = True) -> list:
+               gemm_peak: bool = True, pause_s: float = 0.0) -> list:
     """Steps each group's workers in turn for `steps` rounds, with `gemm_peak` a GEMM measurement
-    after every step.
+    after every step. `pause_s` seconds of idle (not timed) follow every step, so that one side's
+    spinning OpenMP threads have parked before the other side's turn: each step then runs as on a
+    machine of its own.
 
     `start(variant)` returns a Worker ("gemm" included). One entry per completed group:
     {"variants": [...], "times": {variant: [seconds per timed step]}, "gemm": [GFLOP/s],
@@ -224,6 +226,7 @@ def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: i
                 for _ in range(steps):
                     for worker in workers:
                         entry["times"][worker.variant].append(worker.step())
+                        time.sleep(pause_s)
                         if gemm:
                             entry["gemm"].append(gemm.step())
                 entry["peak_rss_gb"] = {worker.variant: worker.peak_rss_gb for worker in workers}

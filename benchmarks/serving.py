@@ -18,7 +18,7 @@ request (`benchmarks.peers`): batch-1 latency (p50 / p99 over `--requests` singl
 batch-32 throughput (examples/s over `--batches` batches of dev sentences), start-up time (process
 start to the first answer: imports, loading, the first call) and peak resident memory.
 
-    .venv/bin/python benchmarks/serving.py [--model-dir TRIAL_DIR] [--requests 200] [--batches 20]
+    .venv/bin/python benchmarks/serving.py [--model-dir TRIAL_DIR] [--requests 200] [--batches 20] [--pause 0.3]
         [--quick]
 """
 
@@ -143,7 +143,7 @@ def serve_variant(args) -> None:
 
 # ----------------------------------------------------------------------------- driver
 
-def measure(work: Path, batch: int, steps: int, variants: list) -> list:
+def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float) -> list:
     """"ours" beside each peer: "hf", "hf_passive" (HF's OpenMP threads spin while they wait by default,
     which on a loaded machine costs them most of their time slices; see finetune_throughput.py) and
     "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0)."""
@@ -151,7 +151,7 @@ def measure(work: Path, batch: int, steps: int, variants: list) -> list:
         env = worker_env(onednn=variant != "ours_no_onednn",
                          **({"OMP_WAIT_POLICY": "PASSIVE"} if variant == "hf_passive" else {}))
         return Worker(__file__, variant, ["--export", str(work), "--batch", str(batch)], env)
-    return run_groups(pair_groups(variants), start, steps, f"batch {batch}", gemm_peak=False)
+    return run_groups(pair_groups(variants), start, steps, f"batch {batch}", gemm_peak=False, pause_s=pause_s)
 
 
 def report(work: Path, latency: list, throughput: list) -> None:
@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per variant")
     parser.add_argument("--batches", type=int, default=20, help="batch-32 requests per variant")
     parser.add_argument("--variants", default="ours,hf,hf_passive", help=f"a subset of {','.join(VARIANTS)}")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="idle seconds after every request, so that HF's spinning OpenMP threads park "
+                             "before the other side's turn (0: back to back)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 training steps, 10 + 2 requests")
     parser.add_argument("--worker", choices=VARIANTS + ("export_hf",), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
@@ -213,8 +216,8 @@ def main() -> None:
         print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant",
               flush=True)
         variants = args.variants.split(",")
-        latency = measure(work, 1, args.requests, variants)
-        throughput = measure(work, 32, args.batches, variants)
+        latency = measure(work, 1, args.requests, variants, args.pause)
+        throughput = measure(work, 32, args.batches, variants, args.pause)
         report(work, latency, throughput)
 
 
