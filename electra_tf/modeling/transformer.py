@@ -45,7 +45,8 @@ class SelfAttention(tf_keras.layers.Layer):
     """Multi-head scaled dot-product self-attention (scope `attention/self`).
 
     Variables `{query,key,value}/{kernel [H,H], bias [H]}`, exactly the original's (three Dense
-    layers); they are concatenated on the fly into one [H, 3H] projection (one matmul, not three).
+    layers); they are concatenated on the fly into one [H, 3H] projection (one matmul, not three),
+    or once for a served graph (`freeze_qkv`).
     The core after the projection runs as TensorFlow ops, or on CPU as one fused kernel where
     `cpu_kernels.usable` (same math and dropout mask).
     """
@@ -273,7 +274,6 @@ class Encoder(tf_keras.layers.Layer):
             if return_all_layers:
                 layer_outputs.append(tf.reshape(x, out_shape))
         return layer_outputs if return_all_layers else tf.reshape(x, out_shape)
-
 
     def call_unpadded(self, input_ids, input_mask, segment_ids=None, cls_only: bool = False) -> tf.Tensor:
         """Inference (no dropout) on the real tokens only: what the served SavedModels run.
