@@ -12,6 +12,7 @@ Peers are built to the encoder shape of ours: `Shape` -> Model Garden's `Encoder
 (`mg_adamw`).
 """
 
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -234,10 +235,13 @@ def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: i
             except WorkerDied as error:
                 print(f"  {label}: group {'+'.join(group)} dropped: {error}", flush=True)
             finally:
-                for worker in workers:
-                    print(f"  {label}: {worker.variant} done (peak memory {worker.peak_rss_gb:.1f} GB)", flush=True)
-                    worker.close()
+                with contextlib.ExitStack() as closing:  # every close runs, even if one raises
+                    for worker in workers:
+                        print(f"  {label}: {worker.variant} done (peak memory {worker.peak_rss_gb:.1f} GB)",
+                              flush=True)
+                        closing.callback(worker.close)
     finally:
-        for worker in gemm_workers:
-            worker.close()
+        with contextlib.ExitStack() as closing:
+            for worker in gemm_workers:
+                closing.callback(worker.close)
     return results

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.finetune_throughput import pair_ratios
 from benchmarks.peers import Worker, pair_groups, run_groups
+from benchmarks.serving import SHIFT
 
 # A worker in plain Python: ready at once, then answers each step with 0.5 s (or, with --bad, a
 # line the driver cannot read).
@@ -17,7 +18,6 @@ print("@@ 0 0.01", flush=True)
 for line in sys.stdin:
     print("@@ not-a-number" if "--bad" in sys.argv else "@@ 0.5 0.01", flush=True)
 """
-from benchmarks.serving import SHIFT
 
 
 def test_pair_groups_put_ours_beside_each_peer_or_run_each_alone():

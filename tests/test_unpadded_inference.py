@@ -76,5 +76,8 @@ def test_frozen_qkv_gives_the_same_outputs_and_refuses_training(batch):
     np.testing.assert_array_equal(encoder.call_unpadded(ids, mask, segments).numpy(), before)
     frozen = [v for v in encoder.variables if "frozen_qkv" in v.name]  # tracked, so a SavedModel holds them
     assert len(frozen) == 2 * CONFIG.num_hidden_layers and not any(v.trainable for v in frozen)
+    for block in encoder.blocks:  # the copy is what runs: the original kernels no longer matter
+        block.attention.query.kernel.assign(tf.zeros_like(block.attention.query.kernel))
+    np.testing.assert_array_equal(encoder.call_unpadded(ids, mask, segments).numpy(), before)
     with pytest.raises(ValueError, match="frozen for serving"):
         encoder(ids, mask, segments, training=True)

@@ -182,8 +182,10 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                       file=sys.stderr, flush=True)
                 return 2
             if not batch:
+                segments = _run_length(pending, 0)
+                again = f"--max-units {segments} or more" if segments > max_units else "the same command"
                 print(f"stopped after {ran} units (--max-units {max_units}; the next would exceed it); "
-                      "rerun to continue", flush=True)
+                      f"rerun with {again} to continue", flush=True)
                 on_stage_done(ctx)
                 return 0
             run_worker(ctx, stage, batch)

@@ -16,6 +16,7 @@ Variable names, relative to the encoder's scope (`electra` or `generator`):
     encoder/layer_<i>/intermediate/dense/{kernel [H,F], bias [F]}
     encoder/layer_<i>/output/dense/{kernel [F,H], bias [H]}
     encoder/layer_<i>/output/LayerNorm/{gamma,beta}
+A served encoder (`Encoder.freeze_qkv`) also holds, per layer, frozen_qkv_{kernel [H,3H], bias [3H]}.
 """
 
 import math
@@ -94,8 +95,8 @@ class SelfAttention(tf_keras.layers.Layer):
 
     def freeze_qkv(self):
         """Concatenates the Q/K/V kernels once, into variables, for a served graph (saves the concat on
-        every call, about 8 % of a batch-1 request). Training afterwards would leave the copy stale, so
-        `call` refuses it."""
+        every call, about 8 % of a batch-1 request). Call it last, once the weights are loaded: a later
+        assignment or training would leave the copy stale (`call` refuses training)."""
         kernel, bias = self.qkv_weights()
         self.frozen_qkv = tf.Module(name="frozen_qkv")
         self.frozen_qkv.kernel = tf.Variable(kernel, trainable=False, name="frozen_qkv_kernel")
@@ -125,7 +126,7 @@ class SelfAttention(tf_keras.layers.Layer):
         if training and self.dropout.rate > 0:
             static = tf.TensorShape([None, self.num_heads, mask_bias.shape[3], mask_bias.shape[3]])
             keep = self.dropout.keep_mask(static, tf.stack([batch, self.num_heads, seq_length, seq_length]))
-        context = cpu_kernels.attention(tf.reshape(qkv, [batch, seq_length, -1]),
+        context = cpu_kernels.attention(tf.reshape(qkv, [batch, seq_length, 3 * self.config.hidden_size]),
                                         tf.reshape(mask_bias, [batch, seq_length]), keep,
                                         self.num_heads, self.dropout.keep_scale)  # [B, L, H]
         return tf.reshape(context, [-1, self.config.hidden_size])
@@ -280,8 +281,8 @@ class Encoder(tf_keras.layers.Layer):
 
         The dense layers, nearly all of the work, see the N = sum(input_mask) real tokens instead of
         B*L rows; only the attention scores use the padded layout. A batch of 32 SST-2 dev sentences
-        is about half padding. input_ids, input_mask, segment_ids: int [B, L]; every example has at
-        least one token. Returns the real tokens' outputs [N, H] in (example, position) order
+        is about half padding. input_ids, input_mask, segment_ids: int [B, L]; each mask row is 1s then
+        0s, with at least one 1 (as the tokenizers make them). Returns the real tokens' outputs [N, H] in (example, position) order
         (`unpadded_rows` says where each sat), or with `cls_only` each example's first token [B, H],
         the only rows the last block then computes.
         """
