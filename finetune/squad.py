@@ -17,6 +17,7 @@ every min(window, doc_stride) tokens; feature eid = 1000 * example eid + window 
 start/end point at the answer's tokens (those overlapping its characters) inside the window, or
 both at 0 (`[CLS]`) when the window does not hold the whole answer or the question is unanswerable.
 """
+
 import dataclasses
 import itertools
 import json
