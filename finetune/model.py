@@ -12,7 +12,7 @@ import tf_keras
 
 from electra_tf.modeling import BertConfig, build_encoder
 from electra_tf.modeling.layer_utils import build_in_scope
-from finetune.heads import make_head
+from finetune.heads import ClsHead, make_head
 
 TASK_SCOPE = "task_specific"  # the layer-wise LR decay gives this scope the full learning rate
 
@@ -31,10 +31,15 @@ class FinetuningModel(tf_keras.Model):
                       for task in self.tasks]
         for head in self.heads:
             build_in_scope(head, None, TASK_SCOPE)
+        self.cls_only = all(isinstance(head, ClsHead) for head in self.heads)
 
     def call(self, batch, training: bool = False) -> Dict[str, tf.Tensor]:
-        sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-                                training=training)  # [B, L, H]
+        if self.cls_only:  # every head reads [CLS] alone: the last block computes only that row
+            sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                                    training=training, cls_only=True)[:, tf.newaxis]  # [B, 1, H]
+        else:
+            sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                                    training=training)  # [B, L, H]
         return {task.name: head(sequence, batch, training=training) for task, head in zip(self.tasks, self.heads)}
 
     def loss(self, batch, outputs, reduction: str = "sum") -> tf.Tensor:

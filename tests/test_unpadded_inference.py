@@ -1,6 +1,7 @@
 """Padding-free inference (`Encoder.call_unpadded`, what the served SavedModels run): the real tokens'
 outputs equal the padded forward pass's, with TensorFlow's ops and with the CPU kernels; the [CLS]-only
-last block; the Q/K/V kernels frozen for serving."""
+last block, in serving and in fine-tuning (same values and gradients); the Q/K/V kernels frozen for
+serving."""
 
 import contextlib
 
@@ -10,6 +11,10 @@ import tensorflow as tf
 
 from electra_tf import cpu_kernels
 from electra_tf.modeling import BertConfig, build_encoder, unpadded_rows
+from finetune.config import FinetuningConfig
+from finetune.glue import get_task
+from finetune.span_tasks import get_span_task
+from finetune.model import FinetuningModel
 
 # E != H (embeddings_project runs on the real tokens only), three blocks, two heads.
 CONFIG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
@@ -50,6 +55,29 @@ def test_real_tokens_match_the_padded_forward_pass(encoder, batch, kernels):
     np.testing.assert_allclose(cls, padded[:, 0], atol=2e-5, rtol=0)
     rows = unpadded_rows(mask).numpy()
     np.testing.assert_array_equal(rows, np.flatnonzero(mask.reshape(-1)))
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu_kernels", "tf_ops"])
+def test_cls_only_last_block_gives_the_same_values_and_gradients(encoder, batch, kernels):
+    ids, mask, segments = batch
+    weights = tf.constant(np.random.default_rng(7).normal(size=[len(LENGTHS), CONFIG.hidden_size]), tf.float32)
+    with contextlib.nullcontext() if kernels else cpu_kernels.disabled():
+        with tf.GradientTape(persistent=True) as tape:
+            full = encoder(ids, mask, segments, training=False)[:, 0]  # [B, H]
+            cls = encoder(ids, mask, segments, training=False, cls_only=True)  # [B, H]
+            full_loss, cls_loss = tf.reduce_sum(full * weights), tf.reduce_sum(cls * weights)
+        np.testing.assert_allclose(cls.numpy(), full.numpy(), atol=2e-5, rtol=0)
+        for v, g_full, g_cls in zip(encoder.trainable_variables, tape.gradient(full_loss, encoder.trainable_variables),
+                                    tape.gradient(cls_loss, encoder.trainable_variables)):
+            g_full, g_cls = tf.convert_to_tensor(g_full).numpy(), tf.convert_to_tensor(g_cls).numpy()
+            np.testing.assert_allclose(g_cls, g_full, atol=1e-4 * max(1.0, np.abs(g_full).max()), rtol=0,
+                                       err_msg=v.name)
+
+
+def test_fine_tuning_uses_the_cls_only_block_for_cls_heads_only():
+    assert FinetuningModel(CONFIG, [get_task("sst"), get_task("mrpc")]).cls_only
+    squad = FinetuningModel(CONFIG, [get_span_task("squad")], FinetuningConfig(model_name="m", data_dir="unused"))
+    assert not squad.cls_only  # its head reads every token
 
 
 def test_inside_a_tf_function_with_unknown_shapes(encoder, batch):

@@ -173,7 +173,7 @@ class TransformerBlock(tf_keras.layers.Layer):
     def call(self, x, mask_bias, training=False, token_rows=None, output_rows=None):
         """x: [B*L, H]; mask_bias: float32 [B, 1, 1, L]. Returns [B*L, H].
 
-        Inference options: `token_rows` (int32 [N]) when x holds only the real tokens [N, H]
+        Options: `token_rows` (int32 [N], inference) when x holds only the real tokens [N, H]
         (`SelfAttention.call`); `output_rows` (int32 [M], rows of x) to compute only those rows'
         outputs [M, H] after the attention, which still reads every token.
         """
@@ -255,12 +255,16 @@ class Encoder(tf_keras.layers.Layer):
         return self.embeddings.word_embeddings
 
     def call(self, input_ids, input_mask=None, segment_ids=None, training=False,
-             return_all_layers=False) -> Union[tf.Tensor, List[tf.Tensor]]:
+             return_all_layers=False, cls_only=False) -> Union[tf.Tensor, List[tf.Tensor]]:
         """input_ids, input_mask, segment_ids: int [B, L] (mask None = all tokens, segments None = all 0).
 
         Returns sequence_output [B, L, H] (compute dtype), or with `return_all_layers` the list of
-        every block's output [B, L, H] (the last one is sequence_output).
+        every block's output [B, L, H] (the last one is sequence_output), or with `cls_only` the first
+        token's output [B, H], the only row the last block then computes (for heads that read `[CLS]`
+        alone: the same values and gradients, about 1/12 less work for a 12-layer encoder).
         """
+        if cls_only and return_all_layers:
+            raise ValueError("cls_only and return_all_layers exclude each other")
         if input_mask is None:
             input_mask = tf.ones_like(input_ids)
         embedded = self.embeddings(input_ids, segment_ids, training=training)  # [B, L, E]
@@ -269,11 +273,15 @@ class Encoder(tf_keras.layers.Layer):
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)  # [B*L, H]
         mask_bias = attention_bias(input_mask)  # [B, 1, 1, L]
+        first_rows = tf.range(tf.shape(input_ids)[0]) * tf.shape(input_ids)[1] if cls_only else None  # [B]
         layer_outputs = []
-        for block in self.blocks:
-            x = block(x, mask_bias, training=training)
+        for i, block in enumerate(self.blocks):
+            last = i == len(self.blocks) - 1
+            x = block(x, mask_bias, training=training, output_rows=first_rows if last else None)
             if return_all_layers:
                 layer_outputs.append(tf.reshape(x, out_shape))
+        if cls_only:
+            return x  # [B, H]
         return layer_outputs if return_all_layers else tf.reshape(x, out_shape)
 
     def call_unpadded(self, input_ids, input_mask, segment_ids=None, cls_only: bool = False) -> tf.Tensor:
