@@ -116,7 +116,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(pretraining_dat
     env["PYTHONPATH"] = str(REPO)
     code, out, err = signal_when(command, env, lambda line: line.startswith("step 10/"), signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, out + err
-    assert "received SIGTERM: saving a checkpoint" in out
+    assert "received SIGTERM: stopping at the next step boundary" in out
     stopped = re.search(r"^stopped: training stopped by SIGTERM at step (\d+); the checkpoint is (\S+)\. "
                         r"Run the same command again to resume$", err, flags=re.M)
     assert stopped, err

@@ -45,8 +45,8 @@ class Interruption:
         if self.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
         self.signum = signum
-        print(f"received {signal.Signals(signum).name}: saving a checkpoint at the next step boundary, then "
-              "stopping (Ctrl-C again stops at once, without saving)", file=self.stream, flush=True)
+        print(f"received {signal.Signals(signum).name}: stopping at the next step boundary, with what was done "
+              "saved (Ctrl-C again stops at once, without saving)", file=self.stream, flush=True)
         if self.notify is not None:
             self.notify(signum, frame)
 
