@@ -34,12 +34,11 @@ class FinetuningModel(tf_keras.Model):
         self.cls_only = all(isinstance(head, ClsHead) for head in self.heads)
 
     def call(self, batch, training: bool = False) -> Dict[str, tf.Tensor]:
-        if self.cls_only:  # every head reads [CLS] alone: the last block computes only that row
-            sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-                                    training=training, cls_only=True)[:, tf.newaxis]  # [B, 1, H]
-        else:
-            sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
-                                    training=training)  # [B, L, H]
+        # When every head reads [CLS] alone, the last block computes only that row: [B, H] -> [B, 1, H].
+        sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                                training=training, cls_only=self.cls_only)  # [B, L, H]
+        if self.cls_only:
+            sequence = sequence[:, tf.newaxis]
         return {task.name: head(sequence, batch, training=training) for task, head in zip(self.tasks, self.heads)}
 
     def loss(self, batch, outputs, reduction: str = "sum") -> tf.Tensor:
