@@ -27,6 +27,7 @@ from finetune.span_tasks import get_span_task
 
 RECIPES = ("code", "paper")
 LOSS_REDUCTIONS = ("sum", "mean")
+PRECISIONS = ("float32", "mixed_bfloat16")  # tf_keras policies; mixed_float16 would need loss scaling
 SIZE_PRESETS = {
     "small": dict(embedding_size=128),
     "small++": dict(embedding_size=128),
@@ -79,6 +80,8 @@ class FinetuningConfig(HParams):
     use_tfrecords_if_existing: bool = True
     loss_reduction: str = "sum"  # "sum" over the batch as the original, or "mean"
     seed: int = 1234
+    # "mixed_bfloat16": bfloat16 compute, float32 variables, losses and outputs (docs/finetuning.md)
+    precision: str = "float32"
     # Evaluation, checkpoints, outputs
     evaluate_every_epoch: bool = True  # dev scores after each epoch
     keep_best_model: bool = False  # use (and keep) the epoch with the best dev score
@@ -183,6 +186,8 @@ class FinetuningConfig(HParams):
         _require(self.recipe in RECIPES, f"recipe {self.recipe!r} is not one of: {', '.join(RECIPES)}")
         _require(self.loss_reduction in LOSS_REDUCTIONS,
                  f"loss_reduction {self.loss_reduction!r} is not one of: {', '.join(LOSS_REDUCTIONS)}")
+        _require(self.precision in PRECISIONS,
+                 f"precision {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         _require(len(set(self.task_names)) == len(self.task_names),
                  f"task_names {self.task_names} names a task twice")
         _require(self.do_train or self.do_eval or self.write_test_outputs,

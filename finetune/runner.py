@@ -1,6 +1,7 @@
 """Fine-tuning runs: `num_trials` trials from the same pretrained encoder, scored on dev, aggregated.
 
-Each trial (seed `seed + trial - 1`) builds a fresh model, loads the pretrained `electra/*`
+Each trial (seed `seed + trial - 1`) builds a fresh model (its layers computing in `precision`,
+float32 or bfloat16, with float32 variables either way), loads the pretrained `electra/*`
 weights (or keeps random ones with `random_init`), trains with the original's optimizer (AdamW
 without bias correction, layer-wise LR decay, 10 % warmup, linear decay, clip 1.0) through the
 shared `electra_tf.training.train_step.make_train_step`, evaluates every epoch, saves its model
@@ -32,7 +33,7 @@ from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer
 from electra_tf.progress import Progress
-from electra_tf.training.distribution import set_determinism
+from electra_tf.training.distribution import precision_scope, set_determinism
 from electra_tf.training.interruption import Interruption
 from electra_tf.training.train_step import make_train_step
 from finetune import scorers
@@ -67,7 +68,8 @@ class Trial:
         self.config, self.data, self.trial, self.stream = config, data, trial, stream
         set_determinism(config.seed + trial - 1, deterministic=False)
         self.rng = np.random.default_rng(config.seed + trial - 1)
-        self.model = FinetuningModel(config.encoder_config(), data.tasks, config)
+        with precision_scope(config.precision):  # its layers keep the policy; variables stay float32
+            self.model = FinetuningModel(config.encoder_config(), data.tasks, config)
         self.model_dir = Path(config.model_dir(trial))
         self.checkpoint = tf.train.Checkpoint(finetuning_model=self.model)
         # SQuAD and chunking (which train alone) add their own batch keys and make their own batches

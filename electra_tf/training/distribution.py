@@ -1,5 +1,6 @@
 """Devices and numerics for a run: the tf.distribute strategy, the precision policy, determinism."""
 
+import contextlib
 import json
 import os
 
@@ -52,6 +53,19 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
 def set_precision(policy: str) -> None:
     """float32, mixed_bfloat16 or mixed_float16 for every layer built afterwards."""
     tf_keras.mixed_precision.set_global_policy(policy)
+
+
+@contextlib.contextmanager
+def precision_scope(policy: str):
+    """`set_precision(policy)` for the layers built within the block, the previous global policy
+    after it: a layer keeps the policy it was built with, and whatever runs later in the process
+    (another fine-tuning trial, an export) starts from the policy it had before."""
+    before = tf_keras.mixed_precision.global_policy()
+    set_precision(policy)
+    try:
+        yield
+    finally:
+        tf_keras.mixed_precision.set_global_policy(before)
 
 
 def set_determinism(seed: int, deterministic: bool) -> None:
