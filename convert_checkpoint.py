@@ -7,11 +7,11 @@ SavedModel (docs/checkpoints.md).
     python convert_checkpoint.py from-hf       --hf-dir DIR --output-dir D/models/M
     python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT
     python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1 \
-                                               [--task mrpc] --output-dir OUT
+                                               [--task mrpc] --output-dir OUT [--precision mixed_bfloat16]
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
 takes a trial's dir of run_finetuning.py (a GLUE classifier or STS-B regressor on raw text; --task
-picks one task of a multi-task run). Imports print a load report (loaded / missing / unused
+picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). Imports print a load report (loaded / missing / unused
 variables); an existing output dir needs --overwrite.
 """
 
@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
                      "finetuning_models/<tasks>_model_<trial>")
     served.add_argument("--task", default=None, help="fine-tuned dirs: the task to serve (default: the run's only one)")
+    served.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
+                        help="the served graph's compute: mixed_bfloat16 runs its matmuls in bfloat16 on the "
+                             "float32 weights; outputs stay float32")
     return parser
 
 
@@ -82,13 +85,14 @@ def main(argv=None) -> int:
                 raise InputError(f"model dir {args.model_dir} does not exist")
             from finetune import saved_model as finetuned
             if finetuned.is_finetuned_dir(args.model_dir):
-                task = finetuned.export_finetuned(args.model_dir, args.output_dir, args.task, args.overwrite).task
+                task = finetuned.export_finetuned(args.model_dir, args.output_dir, args.task, args.overwrite,
+                                                  args.precision).task
                 print(f"wrote {args.output_dir} (task {task.name}: "
                       f"{'score' if task.is_regression else 'probabilities, label'} on raw text)")
                 return 0
             if args.task is not None:
                 raise InputError(f"--task: {args.model_dir} is a pretrained model dir (no fine-tuned model)")
-            report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite)
+            report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision)
         elif args.command == "to-original":
             print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite)}")
             return 0

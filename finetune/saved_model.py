@@ -7,7 +7,9 @@ segment 0 up to the first [SEP], BERT's longest-first truncation to max_seq_leng
                     label         tf.string [B]  the most probable label as the GLUE server writes it
     STS-B:          score         float32 [B]    5 x the normalised output (the 0-5 scale), not
                                                  clipped to it as the GLUE server file is
-Loading it needs `import tensorflow_text` first (its WordPiece op).
+Loading it needs `import tensorflow_text` first (its WordPiece op). As the discriminator's, it
+computes in float32 or, exported with `precision` "mixed_bfloat16", in bfloat16 with float32
+outputs, and says which in its `precision` variable (`electra_tf.checkpoints.saved_model`).
 
 The source is a trial's model dir, `finetuning_models/<tasks>_model_<trial>`: its `finetuned`
 checkpoint, the run's `finetuning_config.json` and `vocab.txt` (all written by the runner). A
@@ -21,9 +23,10 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, check_vocab, staged_output
-from electra_tf.checkpoints.saved_model import SIGNATURE, encode
+from electra_tf.checkpoints.saved_model import SIGNATURE, encode, precision_record
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
+from electra_tf.training.distribution import precision_scope
 from finetune.config import FinetuningConfig
 from finetune.glue import STS_MAX, TASKS, GlueTask, canonical_task_name, get_task
 from finetune.model import FinetuningModel
@@ -52,11 +55,13 @@ def encode_pair(tokenizer: Tokenizer, text_a: tf.Tensor, text_b: tf.Tensor, max_
 class GlueServer(tf.Module):
     """Tokenizer + fine-tuned encoder + one task's head, served on raw strings."""
 
-    def __init__(self, tokenizer: Tokenizer, model: FinetuningModel, task: GlueTask, max_seq_length: int):
+    def __init__(self, tokenizer: Tokenizer, model: FinetuningModel, task: GlueTask, max_seq_length: int,
+                 precision: str = "float32"):
         super().__init__(name=f"electra_{task.name}")
         self.tokenizer, self.encoder = tokenizer, model.encoder
         self.head = model.heads[[t.name for t in model.tasks].index(task.name)]
         self.task, self.max_seq_length = task, max_seq_length
+        self.precision = precision_record(precision)
         text = tf.TensorSpec([None], tf.string, name="text_a")
         if task.train.text_b is not None:  # a pair task
             self.serve = tf.function(self._serve_pair, input_signature=[
@@ -104,8 +109,8 @@ def choose_task(config: FinetuningConfig, task: Optional[str], model_dir: Path) 
     return get_task(name)
 
 
-def build_server(model_dir, task: Optional[str] = None) -> GlueServer:
-    """The GlueServer of a trial's model dir, its fine-tuned weights restored."""
+def build_server(model_dir, task: Optional[str] = None, precision: str = "float32") -> GlueServer:
+    """The GlueServer of a trial's model dir, its fine-tuned weights restored, computing in `precision`."""
     model_dir = Path(model_dir)
     if not is_finetuned_dir(model_dir):
         raise InputError(f"{model_dir} holds no fine-tuned model ({FINETUNED}.index); a trial's model dir "
@@ -113,7 +118,8 @@ def build_server(model_dir, task: Optional[str] = None) -> GlueServer:
     config = read_run_config(model_dir)
     served = choose_task(config, task, model_dir)
     check_vocab(model_dir / VOCAB_FILE, config.vocab_size)
-    model = FinetuningModel(config.encoder_config(), [get_task(name) for name in config.task_names], config)
+    with precision_scope(precision):  # the layers keep it; their variables are float32 either way
+        model = FinetuningModel(config.encoder_config(), [get_task(name) for name in config.task_names], config)
     model({"input_ids": tf.ones([1, 3], tf.int32), "input_mask": tf.ones([1, 3], tf.int32),
            "segment_ids": tf.zeros([1, 3], tf.int32)})  # creates the variables the checkpoint restores
     try:
@@ -123,13 +129,15 @@ def build_server(model_dir, task: Optional[str] = None) -> GlueServer:
                          f"{str(error).splitlines()[0]}") from None
     model.encoder.freeze_qkv()
     tokenizer = Tokenizer(model_dir / VOCAB_FILE, do_lower_case=config.do_lower_case)
-    return GlueServer(tokenizer, model, served, config.max_seq_length)
+    return GlueServer(tokenizer, model, served, config.max_seq_length, precision)
 
 
-def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrite: bool = False) -> GlueServer:
-    """Writes a trial's fine-tuned model (for `task`) as a SavedModel; returns the server it saved."""
+def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrite: bool = False,
+                     precision: str = "float32") -> GlueServer:
+    """Writes a trial's fine-tuned model (for `task`) as a SavedModel computing in `precision`; returns
+    the server it saved."""
     check_output(output_dir, overwrite)
-    server = build_server(model_dir, task)
+    server = build_server(model_dir, task, precision)
     with staged_output(output_dir, overwrite) as staging:
         tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve})
     return server

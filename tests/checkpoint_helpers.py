@@ -1,6 +1,8 @@
-"""Shared by the checkpoint-interop tests: spec-named original checkpoints, random weights, GLUE text."""
+"""Shared by the checkpoint-interop tests: spec-named original checkpoints, random weights, GLUE text,
+and what a served SavedModel computes in."""
 
 import csv
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +106,25 @@ def encode_pairs(tokenizer, pairs, max_length=64):
     for i, (ids, segments) in enumerate(rows):
         input_ids[i, :len(ids)], segment_ids[i, :len(ids)], input_mask[i, :len(ids)] = ids, segments, 1
     return input_ids, input_mask, segment_ids
+
+
+# Pasted into the fresh-process scripts of the SavedModel tests (which import tensorflow as tf).
+SERVED_PRECISION = textwrap.dedent('''
+    def served_precision(loaded, serving):
+        """{"precision": the export's record, "matmuls": {node name: dtype} of every (batch) matmul in
+        the serving graph and the functions it calls}."""
+        graph = serving.graph.as_graph_def()
+        nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+        return {"precision": loaded.precision.numpy().decode(),
+                "matmuls": {node.name: tf.dtypes.as_dtype(node.attr["T"].type).name for node in nodes
+                            if node.op in ("MatMul", "BatchMatMulV2")}}
+''')
+
+
+def assert_computes_in(facts: dict, precision: str) -> None:
+    """`served_precision`'s facts of an export in `precision`: its record, and every matmul in bfloat16
+    under mixed_bfloat16 but the embeddings' token-type one (their sum stays float32 by design)."""
+    assert facts["precision"] == precision
+    compute = "bfloat16" if precision == "mixed_bfloat16" else "float32"
+    expected = {name: "float32" if name.startswith("embeddings/") else compute for name in facts["matmuls"]}
+    assert len(expected) > 8 and facts["matmuls"] == expected, facts["matmuls"]

@@ -1,6 +1,8 @@
 """The discriminator SavedModel on raw text: its signature, and in a fresh process the same
-ids, mask and replaced-token probabilities as the Keras model."""
+ids, mask and replaced-token probabilities as the Keras model; exported in mixed_bfloat16, bfloat16
+matmuls and probabilities within bfloat16's rounding of the float32 export's."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -9,24 +11,33 @@ import numpy as np
 import pytest
 
 import convert_checkpoint
-from checkpoint_helpers import mrpc_pairs, randomize
+from checkpoint_helpers import SERVED_PRECISION, assert_computes_in, mrpc_pairs, randomize
 from electra_tf.checkpoints import model_dir
 from electra_tf.config import PretrainingConfig
 from electra_tf.tokenization import Tokenizer
 
 MAX_SEQ_LENGTH = 32  # short, so the longer GLUE sentences are cut
+# The tiny random discriminator's logits are below 0.6 in size; bfloat16 keeps 8 significant bits, so
+# each rounding of a number near 1 moves it by up to 2^-8 = 0.004, and the logits come out 0.0035 from
+# float32's (probabilities: 0.0009). The bound allows 0.02 on the logits, i.e. 0.005 on the
+# probabilities (the sigmoid's slope is at most 1/4).
+BF16_PROBABILITY_TOLERANCE = 0.005
 
 LOAD_AND_RUN = textwrap.dedent("""
-    import sys
+    import json, sys
     import numpy as np
     import tensorflow as tf
     import tensorflow_text  # registers the WordPiece op the graph uses
-    serving = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-    texts = [line for line in open(sys.argv[2], encoding="utf-8").read().split("\\n") if line]
-    spec = serving.structured_input_signature[1]["text"]
-    assert spec.dtype == tf.string and spec.shape.as_list() == [None], spec
-    out = serving(text=tf.constant(texts))
-    np.savez(sys.argv[3], **{name: value.numpy() for name, value in out.items()})
+""") + SERVED_PRECISION + textwrap.dedent("""
+    texts = [line for line in open(sys.argv[1], encoding="utf-8").read().split("\\n") if line]
+    for saved_model, output in zip(sys.argv[2::2], sys.argv[3::2]):
+        loaded = tf.saved_model.load(saved_model)
+        serving = loaded.signatures["serving_default"]
+        spec = serving.structured_input_signature[1]["text"]
+        assert spec.dtype == tf.string and spec.shape.as_list() == [None], spec
+        out = serving(text=tf.constant(texts))
+        np.savez(output, **{name: value.numpy() for name, value in out.items()})
+        open(output + ".json", "w").write(json.dumps(served_precision(loaded, serving)))
 """)
 
 
@@ -41,17 +52,32 @@ def exported(tmp_path_factory, vocab_file):
     model_dir.save_built(built, config, vocab_file, source)
     out = root / "served"
     assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir", str(out)]) == 0
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir", str(root / "bf16"),
+                                    "--precision", "mixed_bfloat16"]) == 0
     return built, source, out
 
 
-def test_fresh_process_gives_the_keras_models_outputs(exported, shared_data, vocab_file, tmp_path):
-    built, _, out = exported
+@pytest.fixture(scope="module")
+def served(exported, shared_data, tmp_path_factory):
+    """texts, and per export ("float32", "mixed_bfloat16"): its outputs on them and `served_precision`
+    facts, all from one fresh process."""
+    out = exported[2]
+    work = tmp_path_factory.mktemp("served")
     texts = [text for pair in mrpc_pairs(shared_data, 6) for text in pair] + ["Héllo, WORLD!"]
-    (tmp_path / "texts.txt").write_text("\n".join(texts), encoding="utf-8")
-    (tmp_path / "run.py").write_text(LOAD_AND_RUN)
-    subprocess.run([sys.executable, str(tmp_path / "run.py"), str(out), str(tmp_path / "texts.txt"),
-                    str(tmp_path / "out.npz")], check=True, capture_output=True)
-    served = dict(np.load(tmp_path / "out.npz"))
+    (work / "texts.txt").write_text("\n".join(texts), encoding="utf-8")
+    (work / "run.py").write_text(LOAD_AND_RUN)
+    exports = {"float32": out, "mixed_bfloat16": out.parent / "bf16"}
+    subprocess.run([sys.executable, str(work / "run.py"), str(work / "texts.txt"),
+                    *[str(path) for name, saved in exports.items() for path in (saved, work / f"{name}.npz")]],
+                   check=True, capture_output=True)
+    return texts, {name: (dict(np.load(work / f"{name}.npz")), json.loads((work / f"{name}.npz.json").read_text()))
+                   for name in exports}
+
+
+def test_fresh_process_gives_the_keras_models_outputs(exported, served, vocab_file):
+    built = exported[0]
+    texts, (served, facts) = served[0], served[1]["float32"]
+    assert_computes_in(facts, "float32")
     assert served["input_ids"].dtype == np.int32 and served["input_mask"].dtype == np.int32
     assert served["replaced_probability"].dtype == np.float32
 
@@ -78,3 +104,15 @@ def test_existing_output_needs_overwrite(exported, capsys):
     assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir", str(out)]) == 2
     assert "exists; pass --overwrite" in capsys.readouterr().err
     assert (out / "saved_model.pb").exists()
+
+
+def test_bf16_export_computes_in_bfloat16_close_to_the_float32_export(served):
+    exports = served[1]
+    assert_computes_in(exports["mixed_bfloat16"][1], "mixed_bfloat16")
+    (fp32, _), (bf16, _) = exports["float32"], exports["mixed_bfloat16"]
+    np.testing.assert_array_equal(bf16["input_ids"], fp32["input_ids"])
+    np.testing.assert_array_equal(bf16["input_mask"], fp32["input_mask"])
+    assert bf16["replaced_probability"].dtype == np.float32
+    gap = np.abs(bf16["replaced_probability"] - fp32["replaced_probability"])
+    assert 0 < gap.max() < BF16_PROBABILITY_TOLERANCE, gap.max()  # bfloat16 ran, and rounded only
+    assert (bf16["replaced_probability"][fp32["input_mask"] == 0] == 0).all()

@@ -1,7 +1,7 @@
 """The fine-tuned GLUE SavedModel on raw text: in a fresh process, the Keras FinetuningModel's
 probabilities and labels (STS-B: scores) on real dev examples of each task of one multi-task run
-(MRPC pairs, CoLA sentences, STS-B pairs), BERT's pair truncation in the graph, and the export's
-errors."""
+(MRPC pairs, CoLA sentences, STS-B pairs), BERT's pair truncation in the graph, the export's
+errors, and an export in mixed_bfloat16 (bfloat16 matmuls, probabilities within its rounding)."""
 
 import json
 import subprocess
@@ -20,19 +20,27 @@ from finetune.inputs import featurize, pad_batch
 from finetune.model import FinetuningModel
 from finetune.runner import FINETUNED
 from finetune.saved_model import encode_pair
+from checkpoint_helpers import SERVED_PRECISION, assert_computes_in
 from test_finetuning import BASE, data_dir, finetuning_config  # noqa: F401 (data_dir is a fixture)
 
 TASKS = ["mrpc", "cola", "sts"]
 MAX_SEQ_LENGTH = 32  # short, so many MRPC dev pairs are truncated
 DEV_ROWS = 40
+# bfloat16 keeps 8 significant bits: in the bf16 export the [CLS] vector (components up to ~3 after
+# the last LayerNorm) comes out ~1 % off float32's, which moves this head's two logits apart by up to
+# ~0.05 and a two-label probability by at most a quarter of that. Measured: 0.011 (the Keras model
+# run in bf16 itself: 0.010 from float32).
+BF16_PROBABILITY_TOLERANCE = 0.03
 
 LOAD_AND_RUN = textwrap.dedent("""
     import json, sys
     import numpy as np
     import tensorflow as tf
     import tensorflow_text  # registers the WordPiece op the graph uses
+""") + SERVED_PRECISION + textwrap.dedent("""
     for saved_model, inputs, output in json.loads(sys.argv[1]):
-        serving = tf.saved_model.load(saved_model).signatures["serving_default"]
+        loaded = tf.saved_model.load(saved_model)
+        serving = loaded.signatures["serving_default"]
         texts = json.load(open(inputs, encoding="utf-8"))
         specs = serving.structured_input_signature[1]
         assert sorted(specs) == sorted(texts), (sorted(specs), sorted(texts))
@@ -40,6 +48,7 @@ LOAD_AND_RUN = textwrap.dedent("""
         out = serving(**{name: tf.constant(values) for name, values in texts.items()})
         out = {name: value.numpy() for name, value in out.items()}
         np.savez(output, **{name: value.astype("S") if value.dtype == object else value for name, value in out.items()})
+        open(output + ".json", "w").write(json.dumps(served_precision(loaded, serving)))
 """)
 
 
@@ -79,11 +88,16 @@ def test_fresh_process_gives_the_keras_models_probabilities(finetuned, shared_da
             assert (features.lengths == MAX_SEQ_LENGTH).sum() > DEV_ROWS // 2  # truncation is exercised
         logits = model(pad_batch(features, range(len(examples))), training=False)[name].numpy()
         expected[name] = (task, logits)
+    bf16 = tmp_path / "mrpc_bf16"  # the same MRPC texts through an export in mixed_bfloat16
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--task", "mrpc",
+                                    "--output-dir", str(bf16), "--precision", "mixed_bfloat16"]) == 0
+    jobs.append([str(bf16), jobs[0][1], str(tmp_path / "mrpc_bf16.npz")])
     (tmp_path / "run.py").write_text(LOAD_AND_RUN)
     subprocess.run([sys.executable, str(tmp_path / "run.py"), json.dumps(jobs)], check=True, capture_output=True)
 
     for name, (task, logits) in expected.items():
         served = dict(np.load(tmp_path / f"{name}.npz"))
+        assert_computes_in(json.loads((tmp_path / f"{name}.npz.json").read_text()), "float32")
         if task.is_regression:
             assert sorted(served) == ["score"] and served["score"].dtype == np.float32
             np.testing.assert_allclose(served["score"] / glue.STS_MAX, logits[:, 0], atol=1e-5, rtol=0)
@@ -97,6 +111,12 @@ def test_fresh_process_gives_the_keras_models_probabilities(finetuned, shared_da
         labels = [label.decode() for label in served["label"]]
         assert labels == [glue.server_label(task, p) for p in logits.argmax(-1)]
         assert served["probabilities"][:, 1].std() > 1e-3, served["probabilities"]  # not a constant
+
+    assert_computes_in(json.loads((tmp_path / "mrpc_bf16.npz.json").read_text()), "mixed_bfloat16")
+    served, fp32 = dict(np.load(tmp_path / "mrpc_bf16.npz")), dict(np.load(tmp_path / "mrpc.npz"))
+    assert served["probabilities"].dtype == np.float32
+    gap = np.abs(served["probabilities"] - fp32["probabilities"]).max()
+    assert 0 < gap < BF16_PROBABILITY_TOLERANCE, gap
 
 
 def test_pair_truncation_in_the_graph_is_berts(finetuned):

@@ -6,6 +6,10 @@ Signature `serving_default(text: tf.string [B])` returns
     replaced_probability  float32 [B, L] sigmoid of the replaced-token logit; 0 on padding
 with L ≤ max_seq_length (longer texts are cut to max_seq_length - 2 tokens, as the original's
 fine-tuning featurizer). Loading it needs `import tensorflow_text` first (its WordPiece op).
+
+`precision` "mixed_bfloat16" builds the served layers under tf_keras's mixed_bfloat16 policy: the
+graph's matmuls run in bfloat16 on float32 variables, its outputs stay float32. The loaded object's
+`precision` variable (tf.string) says which one a SavedModel was exported with.
 """
 
 from pathlib import Path
@@ -16,10 +20,16 @@ from electra_tf.errors import InputError
 from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
 from electra_tf.modeling.layer_utils import build_in_scope
 from electra_tf.tokenization import Tokenizer
+from electra_tf.training.distribution import precision_scope
 from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, read_model_dir, staged_output
 from electra_tf.checkpoints.report import LoadReport, assign_weights
 
 SIGNATURE = "serving_default"
+
+
+def precision_record(precision: str) -> tf.Variable:
+    """The export's precision as a variable of the server, saved with it (`loaded.precision`)."""
+    return tf.Variable(precision, trainable=False, name="precision")
 
 
 def encode(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
@@ -36,10 +46,11 @@ def encode(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
 class DiscriminatorServer(tf.Module):
     """Tokenizer + discriminator encoder + replaced-token head, served on raw strings."""
 
-    def __init__(self, tokenizer: Tokenizer, encoder, head, max_seq_length: int):
+    def __init__(self, tokenizer: Tokenizer, encoder, head, max_seq_length: int, precision: str = "float32"):
         super().__init__(name="electra_discriminator")
         self.tokenizer, self.encoder, self.head = tokenizer, encoder, head
         self.max_seq_length = max_seq_length
+        self.precision = precision_record(precision)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
@@ -51,25 +62,28 @@ class DiscriminatorServer(tf.Module):
         return {"input_ids": input_ids, "input_mask": input_mask, "replaced_probability": probability}
 
 
-def build_server(config, values, vocab_file) -> tuple:
-    """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned."""
+def build_server(config, values, vocab_file, precision: str = "float32") -> tuple:
+    """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned, computing in
+    `precision`."""
     if config.objective not in ("electra", "electra_15") and "discriminator_predictions/dense/kernel" not in values:
         raise InputError(f"objective {config.objective!r} has no replaced-token head to serve")
     disc = config.discriminator_config()
-    encoder = build_encoder(disc)
-    head = DiscriminatorHead(disc)
-    build_in_scope(head, None)
+    with precision_scope(precision):  # the layers keep it; their variables are float32 either way
+        encoder = build_encoder(disc)
+        head = DiscriminatorHead(disc)
+        build_in_scope(head, None)
     report = assign_weights(encoder.variables + head.variables, values, required_prefix="")
     encoder.freeze_qkv()
     tokenizer = Tokenizer(vocab_file, do_lower_case=config.do_lower_case)
-    return DiscriminatorServer(tokenizer, encoder, head, config.max_seq_length), report
+    return DiscriminatorServer(tokenizer, encoder, head, config.max_seq_length, precision), report
 
 
-def export_saved_model(model_dir, output_dir, overwrite: bool = False) -> LoadReport:
-    """Writes the discriminator of a model dir's latest checkpoint as a SavedModel."""
+def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision: str = "float32") -> LoadReport:
+    """Writes the discriminator of a model dir's latest checkpoint as a SavedModel computing in
+    `precision` (float32 or mixed_bfloat16)."""
     check_output(output_dir, overwrite)
     config, values = read_model_dir(model_dir)
-    server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE)
+    server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision)
     with staged_output(output_dir, overwrite) as staging:
         tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve})
     return report
