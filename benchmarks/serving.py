@@ -5,7 +5,8 @@ The model is a fine-tuned SST-2 classifier: a trial dir of run_finetuning.py (`-
 without one, ELECTRA-`--model-size` fine-tuned here from random weights for `--train-steps` steps
 (the speed does not depend on the weights). It is exported twice:
 - ours: `convert_checkpoint.py saved-model` (tokenization in the graph, TensorFlow's ops only),
-  loaded with `tf.saved_model.load` and called through its `serving_default` signature;
+  loaded with `tf.saved_model.load` and called through its `serving_default` signature; ours_bf16
+  is the same export with `--precision mixed_bfloat16` (bfloat16 matmuls), served the same way;
 - hf: the same encoder weights as an HF `ElectraForSequenceClassification` dir (the tensor names of
   `to-hf`), read by `pipeline("text-classification")` with its fast WordPiece tokenizer (truncation
   at 128 tokens). HF's head is dense(H, H) -> GELU -> dense(H, C), the original's one dense(H, C):
@@ -19,7 +20,9 @@ batch-32 throughput (examples/s over `--batches` batches of dev sentences), star
 start to the first answer: imports, loading, the first call) and peak resident memory.
 
     .venv/bin/python benchmarks/serving.py [--model-dir TRIAL_DIR] [--requests 200] [--batches 20] [--pause 0.3]
-        [--quick]
+        [--variants ours,hf,hf_passive] [--quick]
+
+`--variants ours,ours_bf16` compares the float32 and the bf16 SavedModel of the same weights.
 """
 
 import argparse
@@ -41,9 +44,10 @@ from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_gro
 
 DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
 SHIFT = 16.0  # GELU(x + SHIFT) == x + SHIFT in float32 for x > -10
-VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn")
+VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16")
 LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive",
-          "ours_no_onednn": "ours, oneDNN off"}
+          "ours_no_onednn": "ours, oneDNN off", "ours_bf16": "ours, bf16 SavedModel"}
+EXPORTS = {"float32": "saved_model", "mixed_bfloat16": "saved_model_bf16"}  # precision -> dir under the work dir
 AGREEMENT_ROWS = 128  # dev sentences whose labels the two servers must agree on
 
 
@@ -96,22 +100,30 @@ def write_hf_classifier(trial_dir: Path, out: Path) -> None:
 
 
 def prepare(args, work: Path) -> Path:
-    """`work`/saved_model and `work`/hf from the trial dir (fine-tuned here without --model-dir)."""
-    trial = Path(args.model_dir) if args.model_dir else fine_tune(args.model_size, args.train_steps, work / "train")
-    subprocess.run([sys.executable, "convert_checkpoint.py", "saved-model", "--model-dir", str(trial),
-                    "--output-dir", str(work / "saved_model")], cwd=REPO, check=True, env=worker_env())
-    subprocess.run([sys.executable, __file__, "--worker", "export_hf", "--model-dir", str(trial),
-                    "--export", str(work / "hf")], cwd=REPO, check=True, env=worker_env())
+    """`work`/saved_model, saved_model_bf16 and hf from the trial dir (fine-tuned here without
+    --model-dir), each unless `work` (a kept --work-dir) holds it already."""
+    trial = Path(args.model_dir) if args.model_dir else work / "train" / "models" / "sst_model_1"
+    if not args.model_dir and not trial.exists():
+        trial = fine_tune(args.model_size, args.train_steps, work / "train")
+    for precision, directory in EXPORTS.items():
+        if not (work / directory).exists():
+            subprocess.run([sys.executable, "convert_checkpoint.py", "saved-model", "--model-dir", str(trial),
+                            "--output-dir", str(work / directory), "--precision", precision],
+                           cwd=REPO, check=True, env=worker_env())
+    if not (work / "hf").exists():
+        subprocess.run([sys.executable, __file__, "--worker", "export_hf", "--model-dir", str(trial),
+                        "--export", str(work / "hf")], cwd=REPO, check=True, env=worker_env())
     return work
 
 
 # ----------------------------------------------------------------------------- workers
 
-def build_ours(export: Path):
-    """predict(texts) -> [(label, its probability)], through the SavedModel's serving signature."""
+def build_ours(export: Path, precision: str):
+    """predict(texts) -> [(label, its probability)], through the serving signature of the SavedModel
+    exported in `precision`."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (its WordPiece op)
-    signature = tf.saved_model.load(str(export / "saved_model")).signatures["serving_default"]
+    signature = tf.saved_model.load(str(export / EXPORTS[precision])).signatures["serving_default"]
 
     def predict(texts):
         out = signature(text_a=tf.constant(texts))
@@ -132,7 +144,10 @@ def serve_variant(args) -> None:
     """Worker: load, answer the first request (start-up), write the labels of the agreement rows,
     then one request of `--batch` dev sentences per step."""
     export = Path(args.export)
-    predict = build_ours(export) if args.worker.startswith("ours") else build_hf(export)
+    if args.worker.startswith("ours"):
+        predict = build_ours(export, "mixed_bfloat16" if args.worker == "ours_bf16" else "float32")
+    else:
+        predict = build_hf(export)
     texts = dev_sentences()
     predict(texts[:args.batch])
     labels = [label for start in range(0, AGREEMENT_ROWS, 32) for label in predict(texts[start:start + 32])]
@@ -146,7 +161,7 @@ def serve_variant(args) -> None:
 def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float) -> list:
     """"ours" beside each peer: "hf", "hf_passive" (HF's OpenMP threads spin while they wait by default,
     which on a loaded machine costs them most of their time slices; see finetune_throughput.py) and
-    "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0)."""
+    "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0) and "ours_bf16" (the bf16 export)."""
     def start(variant):
         env = worker_env(onednn=variant != "ours_no_onednn",
                          **({"OMP_WAIT_POLICY": "PASSIVE"} if variant == "hf_passive" else {}))
@@ -156,12 +171,16 @@ def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float) 
 
 def report(work: Path, latency: list, throughput: list) -> None:
     """Per pair: each side's batch-1 p50 / p99, batch-32 examples/s, start-up and peak memory, and
-    ours against the peer (the peer's p50 over ours; our throughput over the peer's)."""
-    theirs = next(v for v in ("hf", "hf_passive") if (work / f"labels_{v}.json").exists())
-    ours, theirs = (json.loads((work / f"labels_{v}.json").read_text()) for v in ("ours", theirs))
-    agree = sum(a[0] == b[0] for a, b in zip(ours, theirs))
-    gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
-    print(f"\nlabels agree on {agree} / {len(ours)} dev sentences; largest probability difference {gap:.1e}")
+    ours against the peer (the peer's p50 over ours; our throughput over the peer's). First, each
+    peer's labels and probabilities on the agreement rows against ours."""
+    ours = json.loads((work / "labels_ours.json").read_text())
+    print()
+    for peer in [one["variants"][1] for one in latency if len(one["variants"]) > 1]:
+        theirs = json.loads((work / f"labels_{peer}.json").read_text())
+        agree = sum(a[0] == b[0] for a, b in zip(ours, theirs))
+        gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
+        print(f"{LABELS[peer]}: labels agree with ours on {agree} / {len(ours)} dev sentences; "
+              f"largest probability difference {gap:.1e}")
     print(f"{'variant':24s} {'p50 ms':>7s} {'p99 ms':>7s} {'b32 ex/s':>9s} {'start s':>8s} {'peak GB':>8s}")
     for one, many in zip(latency, throughput):
         rows = {}
@@ -211,8 +230,7 @@ def main() -> None:
         args.model_size, args.train_steps, args.requests, args.batches = "tiny", 4, 10, 2
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(args.work_dir or scratch)
-        if not (work / "saved_model").exists():
-            prepare(args, work)
+        prepare(args, work)
         print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant",
               flush=True)
         variants = args.variants.split(",")
