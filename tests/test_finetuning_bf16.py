@@ -1,6 +1,7 @@
 """Fine-tuning with `precision: "mixed_bfloat16"`: bfloat16 compute with float32 variables, losses
 and outputs, TensorFlow's ops instead of the float32-only fused CPU kernels, no policy left behind
-for what runs next, checkpoints shared with float32 runs both ways, and the config's error."""
+for what runs next, checkpoints shared with float32 runs both ways, float32 outputs of the SQuAD and
+tagging heads, and the config's error."""
 
 import math
 
@@ -10,8 +11,11 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import cpu_kernels
+from electra_tf.training.distribution import precision_scope
+from finetune.chunking import TaggingHead
 from finetune.data import load_task_data, make_tokenizer
 from finetune.inputs import pad_batch, train_batches
+from finetune.qa_head import QAHead
 from finetune.runner import FINETUNED, Trial
 from test_finetuning import data_dir, finetuning_config, run_cli  # noqa: F401 (data_dir is a fixture)
 
@@ -113,6 +117,27 @@ def test_a_checkpoint_written_in_one_precision_loads_in_the_other(trials, data_d
     for mine, theirs in zip(restored.model.variables, trained.model.variables):
         assert mine.name == theirs.name
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_span_heads_give_float32_outputs_and_losses_on_bfloat16_hidden_states(training):
+    """The SQuAD head (training outputs, or inference beams) and the tagging head, in bf16."""
+    batch_size, length, hidden = 3, 16, 32
+    with precision_scope("mixed_bfloat16"):
+        heads = [QAHead("squad", hidden, beam_size=4), TaggingHead("chunk", 5, hidden)]
+    sequence = tf.random.stateless_normal([batch_size, length, hidden], [0, 1], dtype=tf.bfloat16)
+    ones = tf.ones([batch_size, length], tf.int32)
+    batch = {"input_mask": ones, "segment_ids": ones,
+             "start_positions": tf.constant([1, 2, 0]), "end_positions": tf.constant([3, 2, 0]),
+             "is_impossible": tf.constant([0.0, 0.0, 1.0]), "labeled_positions": tf.constant([[1, 2], [3, 4], [5, 6]]),
+             "tag_ids": tf.constant([[0, 1], [2, 3], [4, 0]]), "labels_mask": tf.ones([batch_size, 2])}
+    for head in heads:
+        assert head.compute_dtype == "bfloat16"
+        outputs = head(sequence, batch, training=training)
+        floats = outputs.values() if isinstance(outputs, dict) else [outputs]
+        assert {t.dtype for t in floats if t.dtype.is_floating} == {tf.float32}
+        loss = head.per_example_loss(outputs, batch)
+        assert loss.dtype == tf.float32 and loss.shape == [batch_size] and np.isfinite(loss.numpy()).all()
 
 
 def test_an_unknown_precision_is_one_clear_error(data_dir, capsys):  # noqa: F811
