@@ -11,8 +11,8 @@ SavedModel (docs/checkpoints.md).
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
 takes a trial's dir of run_finetuning.py (a GLUE classifier or STS-B regressor on raw text; --task
-picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). Imports print a load report (loaded / missing / unused
-variables); an existing output dir needs --overwrite.
+picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). Imports print
+a load report (loaded / missing / unused variables); an existing output dir needs --overwrite.
 """
 
 import argparse
