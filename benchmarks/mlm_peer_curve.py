@@ -33,6 +33,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from electra_tf.cli import script_parser  # noqa: E402
+
 SLOTS, MASK_PROB, MASK_FRACTION = 19, 0.15, 0.85  # §3: int((0.15 + 0.005) * 128); §5.1
 BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01  # §7
 
@@ -114,8 +116,9 @@ def our_windows(log_path: str, total: int):
     return windows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/mlm_peer_curve.py --data-dir "
+                           "/work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage1.log")
     parser.add_argument("--data-dir", required=True, help="the replication's data dir of one vocab (train/, eval/)")
     parser.add_argument("--vocab-file", default=str(REPO / "benchmarks/replication/vocab/learned_8192.txt"))
     parser.add_argument("--ours-log", default=None, help="our run's log, for the side-by-side windows")
@@ -124,9 +127,13 @@ def main():
     parser.add_argument("--warmup", type=int, default=199)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--window", type=int, default=50)
+    parser.add_argument("--window", type=int, default=50, help="steps per printed window")
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    return parser
+
+
+def main():
+    args = build_parser().parse_args()
 
     import torch
     from transformers import ElectraConfig, ElectraForMaskedLM
