@@ -34,6 +34,7 @@ torch.autocast(bfloat16) for HF; ours then runs TensorFlow's ops (the CPU kernel
 """
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -103,10 +104,8 @@ def recipe_steps(config, data) -> int:
 
 def build_ours(config, data, batches, precision):
     import tensorflow as tf
-    import tf_keras
     from finetune.runner import Trial
-    tf_keras.mixed_precision.set_global_policy(precision)
-    trial = Trial(config, data, 1, None)
+    trial = Trial(dataclasses.replace(config, precision=precision), data, 1, None)  # as run_finetuning.py's hparam
     step = trial.compile_train_step(recipe_steps(config, data))
     feeds = [{k: tf.constant(v) for k, v in batch.items()} for batch in batches]
     return lambda i: float(step(feeds[i]))
