@@ -233,6 +233,8 @@ def _save(plt, figure, axes, path: Path) -> Path:
     for axis in axes:
         if axis.lines:
             axis.legend(fontsize=7)
+        else:  # say so, rather than leave an empty frame
+            axis.text(0.5, 0.5, "no measurement yet", ha="center", va="center", transform=axis.transAxes)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
