@@ -32,11 +32,10 @@ PROBABILITY_TOLERANCE = LOGIT_TOLERANCE / 2
 LOSS_RTOL = 0.02
 
 
-def op_types(function) -> set:
-    """Op types in a traced tf.function's graph and every function it calls."""
+def graph_nodes(function) -> list:
+    """The nodes of a traced tf.function's graph and of every function it calls."""
     graph = function.get_concrete_function().graph.as_graph_def()
-    nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
-    return {(node.op, node.attr["T"].type) for node in nodes}
+    return list(graph.node) + [node for f in graph.library.function for node in f.node_def]
 
 
 def new_trial(data_dir, precision, **values):  # noqa: F811
@@ -73,14 +72,23 @@ def test_bf16_trial_computes_in_bfloat16_with_float32_variables_and_losses(trial
         assert {v.dtype for v in trial.model.variables} == {tf.float32}
         assert len(losses) == STEPS and all(loss.dtype == tf.float32 and math.isfinite(float(loss))
                                             for loss in losses)
-        ops = op_types(step)
-        matmul_types = {dtype for op, dtype in ops if op == "MatMul"}
-        fused = {op for op, _ in ops} & FUSED_LAYER_OPS
+        nodes = graph_nodes(step)
+        float32_matmuls = {node.name for node in nodes if node.op in ("MatMul", "BatchMatMulV2")
+                           and node.attr["T"].type == tf.float32.as_datatype_enum}
+        matmuls = [node for node in nodes if node.op in ("MatMul", "BatchMatMulV2")]
+        ops = {node.op for node in nodes}
+        built = cpu_kernels.library() is not None
         if precision == "mixed_bfloat16":
-            assert tf.bfloat16.as_datatype_enum in matmul_types and not fused
+            # every matmul, forward and backward, in bfloat16 but the embeddings' token-type one-hot
+            # product and its gradient (the embedding sum stays float32 by design)
+            assert len(matmuls) > 20 and float32_matmuls == {
+                "finetuning_model/electra/embeddings/MatMul",
+                "gradient_tape/finetuning_model/electra/embeddings/MatMul/MatMul"}, float32_matmuls
+            assert not ops & FUSED_LAYER_OPS
         else:
-            assert matmul_types == {tf.float32.as_datatype_enum}
-            assert fused == (FUSED_LAYER_OPS if cpu_kernels.library() is not None else set())
+            assert float32_matmuls == {node.name for node in matmuls}
+            assert ops & FUSED_LAYER_OPS == (FUSED_LAYER_OPS if built else set())
+        assert ("ElectraAdamWeightDecay" in ops) == built  # the fused update of the float32 variables
         scores = trial.evaluate()["mrpc"]
         assert 0 <= scores["accuracy"] <= 100 and math.isfinite(scores["loss"])
         predictions, eval_losses = trial.predict_step(pad_batch(trial.data.dev[0].features, range(8)))
