@@ -5,15 +5,17 @@ MLM accuracy of about 0.19-0.20 from step 250 on. The step-parity test proves ou
 a given batch; it does not cover what reaches the step (the TFRecords as our input pipeline reads
 them, the in-graph masking) nor a whole run. This script trains HF transformers'
 `ElectraForMaskedLM` of the same shape on the same TFRecord files, with the masking written here
-from the original's spec (§5.1: 15 % of the real non-special tokens, 19 slots drawn with
-replacement, 85 % of the slots [MASK], the rest kept) and the original's optimizer (AdamW without
-bias correction, decay off LayerNorm and biases, global-norm clipping at 1.0, linear warm-up then
-linear decay over the pilot's full step count), and prints its mean training loss and accuracy
-per window of steps beside the same windows of our run's log. Matching curves point to the regime;
-a clearly faster peer points to a defect on our side.
+from the original's spec (§5.1: 15 % of the real non-special tokens, 19 slots, 85 % of the used
+slots [MASK], the rest kept; positions drawn without replacement as our default
+`mask_with_replacement: false`, which the pilots run, or with `--with-replacement` as the original)
+and the original's optimizer (§7: AdamW without bias correction, decay off LayerNorm and biases,
+global-norm clipping at 1.0, linear decay from step 0 to 0 at the pilot's full step count times a
+linear warm-up factor), and prints its mean training loss and accuracy per window of steps beside
+the same windows of our run's log. Matching curves point to the regime; a clearly faster peer
+points to a defect on our side.
 
     .venv/bin/python benchmarks/mlm_peer_curve.py --data-dir /work/replication/data/learned_seq128 \
-        --ours-log /work/replication/logs/stage1.log [--steps 300]
+        --ours-log /work/replication/logs/stage1.log --ours-run s1/pilot_a [--steps 300]
 
 Differences from our run that remain: HF initialises from a normal (ours: truncated normal), the
 example order and the random draws differ, and HF's output layer runs here on the gathered slots
@@ -53,8 +55,10 @@ def read_batches(pattern: str, batch: int, seed: int):
         yield example
 
 
-def mask(batch, vocab, rng):
-    """The original's dynamic masking (§5.1), in numpy: masked ids, slot positions, targets, weights."""
+def mask(batch, vocab, rng, with_replacement=False):
+    """The original's dynamic masking (§5.1), in numpy: masked ids, slot positions, targets, weights.
+    Only the used slots (weight 1) can become [MASK]; the original points the others at position 0,
+    which its scatter ignores. Without replacement, a row's used slots are distinct positions."""
     ids, input_mask = batch["input_ids"], batch["input_mask"]
     special = np.isin(ids, [vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"]])
     candidates = (input_mask == 1) & ~special  # [batch, seq]
@@ -62,11 +66,13 @@ def mask(batch, vocab, rng):
     positions = np.zeros((len(ids), SLOTS), dtype=np.int64)
     for row in range(len(ids)):
         allowed = np.flatnonzero(candidates[row])
-        positions[row] = rng.choice(allowed, size=SLOTS, replace=True)
+        counts[row] = counts[row] if with_replacement else min(counts[row], len(allowed))
+        drawn = rng.choice(allowed, size=SLOTS if with_replacement else counts[row], replace=with_replacement)
+        positions[row, :len(drawn)] = drawn
     weights = (np.arange(SLOTS)[None, :] < counts[:, None]).astype(np.float32)  # [batch, slots]
     targets = np.take_along_axis(ids, positions, 1)
     masked = ids.copy()
-    to_mask = rng.random((len(ids), SLOTS)) < MASK_FRACTION
+    to_mask = (rng.random((len(ids), SLOTS)) < MASK_FRACTION) & (weights > 0)
     rows = np.repeat(np.arange(len(ids)), SLOTS).reshape(len(ids), SLOTS)
     masked[rows[to_mask], positions[to_mask]] = vocab["[MASK]"]
     return masked, positions, targets, weights
@@ -87,8 +93,8 @@ def slot_loss(model, batch, masked, positions, targets, weights):
 
 
 def learning_rate(step: int, peak: float, warmup: int, total: int) -> float:
-    """The original's schedule: linear decay to 0 over `total`, replaced by peak * step / warmup early on."""
-    return peak * step / warmup if step < warmup else peak * (1.0 - step / total)
+    """The original's schedule (§7): linear decay from step 0 to 0 at `total`, times min(1, step / warmup)."""
+    return peak * (1.0 - min(step, total) / total) * min(1.0, step / warmup)
 
 
 def adamw_step(named_params, state, lr):
@@ -105,14 +111,28 @@ def adamw_step(named_params, state, lr):
             p.sub_(lr * update)
 
 
-def our_windows(log_path: str, total: int):
-    """{step: (loss, accuracy)} from our run's progress lines (`step N/TOTAL ... masked_lm_loss L ...`)."""
-    pattern = re.compile(rf"step (\d+)/{total} .*masked_lm_loss ([\d.]+) masked_lm_accuracy ([\d.]+)")
-    windows = {}
+def our_windows(log_path: str, run: str, window: int):
+    """{step: (loss, accuracy)} of the full `window`-step windows of one run (e.g. "s1/pilot_a") in
+    the replication's log: its progress lines (`step N/TOTAL ... masked_lm_loss L ...`) inside the
+    run's `@@start <run>/pretrain/...` blocks. A line counts only when the previous progress line
+    (or the checkpoint the block resumed from) was `window` steps before: our metrics restart with
+    each segment, so a segment's first line can cover fewer steps. A resumed segment repeats steps:
+    the first full window is kept."""
+    progress = re.compile(r"step (\d+)/\d+ .*masked_lm_loss ([\d.]+) masked_lm_accuracy ([\d.]+)")
+    windows, inside, previous, segment_end = {}, False, 0, 0
     for line in Path(log_path).read_text().splitlines():
-        match = pattern.search(line)
-        if match and int(match.group(1)) not in windows:  # a resumed segment repeats steps: keep the first
-            windows[int(match.group(1))] = (float(match.group(2)), float(match.group(3)))
+        if line.startswith("@@start "):
+            inside = line.split()[1].startswith(f"{run}/pretrain/")
+            previous = segment_end  # a segment starts from the last finished one's checkpoint
+        elif line.startswith(f"@@end {run}/pretrain/"):
+            segment_end = int(line.split()[1].rsplit("/", 1)[1])
+        elif inside and (resumed := re.search(r"resuming from .*ckpt-(\d+)", line)):
+            previous = int(resumed.group(1))
+        elif inside and (match := progress.search(line)):
+            step = int(match.group(1))
+            if step - previous == window and step not in windows:
+                windows[step] = (float(match.group(2)), float(match.group(3)))
+            previous = step
     return windows
 
 
@@ -121,7 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "/work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage1.log")
     parser.add_argument("--data-dir", required=True, help="the replication's data dir of one vocab (train/, eval/)")
     parser.add_argument("--vocab-file", default=str(REPO / "benchmarks/replication/vocab/learned_8192.txt"))
-    parser.add_argument("--ours-log", default=None, help="our run's log, for the side-by-side windows")
+    parser.add_argument("--ours-log", default=None, help="the replication's log, for the side-by-side windows")
+    parser.add_argument("--ours-run", default="s1/pilot_a", help="the run of --ours-log to compare with")
+    parser.add_argument("--with-replacement", action="store_true",
+                        help="draw masked positions with replacement, as the original (the pilots: without)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--total-steps", type=int, default=3312, help="the schedule's length (the pilot's)")
     parser.add_argument("--warmup", type=int, default=199)
@@ -147,13 +170,13 @@ def main():
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     rng = np.random.default_rng(args.seed)
     state, losses, accuracies = {}, [], []
-    ours = our_windows(args.ours_log, args.total_steps) if args.ours_log else {}
+    ours = our_windows(args.ours_log, args.ours_run, args.window) if args.ours_log else {}
     print(f"{'steps':>11} {'peer loss':>10} {'peer acc':>9} {'our loss':>9} {'our acc':>8}   s/step")
     started = time.time()
     batches = read_batches(str(Path(args.data_dir) / "train" / "*.tfrecord*"), args.batch, args.seed)
     for step in range(1, args.steps + 1):
         batch = next(batches)
-        loss, accuracy = slot_loss(model, batch, *mask(batch, vocab, rng))
+        loss, accuracy = slot_loss(model, batch, *mask(batch, vocab, rng, args.with_replacement))
         model.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for _, p in named], 1.0)
