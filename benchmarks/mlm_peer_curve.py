@@ -98,11 +98,12 @@ def learning_rate(step: int, peak: float, warmup: int, total: int) -> float:
 
 
 def adamw_step(named_params, state, lr):
-    """The original's AdamWeightDecay (no bias correction; decay on the update, off LayerNorm/bias)."""
+    """The original's AdamWeightDecay (no bias correction; decay on the update, off LayerNorm/bias).
+    `state`: {name: (m, v)}, zeros before the first step."""
     import torch
     with torch.no_grad():
         for name, p in named_params:
-            m, v = state.setdefault(name, (torch.zeros_like(p), torch.zeros_like(p)))
+            m, v = state[name]
             m.mul_(BETA_1).add_(p.grad, alpha=1 - BETA_1)
             v.mul_(BETA_2).addcmul_(p.grad, p.grad, value=1 - BETA_2)
             update = m / (v.sqrt() + EPSILON)
@@ -169,7 +170,8 @@ def main():
     model = ElectraForMaskedLM(config).train()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     rng = np.random.default_rng(args.seed)
-    state, losses, accuracies = {}, [], []
+    state = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in named}
+    losses, accuracies = [], []
     ours = our_windows(args.ours_log, args.ours_run, args.window) if args.ours_log else {}
     print(f"{'steps':>11} {'peer loss':>10} {'peer acc':>9} {'our loss':>9} {'our acc':>8}   s/step")
     started = time.time()

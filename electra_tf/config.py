@@ -59,6 +59,8 @@ DEBUG_PRESETS = dict(train_batch_size=8, num_train_steps=20, eval_batch_size=4,
 OBJECTIVES = ("electra", "bert", "electra_15", "replace_mlm", "all_tokens_mlm")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# The policies that need no loss scaling: what fine-tuning and exported SavedModels offer.
+UNSCALED_PRECISIONS = ("float32", "mixed_bfloat16")
 OPTIMIZERS = ("adamw", "lamb")
 # BertConfig fields that set variable shapes (dropout, activation and init range do not).
 SHAPE_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",

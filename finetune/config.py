@@ -18,7 +18,7 @@ import dataclasses
 import os
 from typing import List, Optional
 
-from electra_tf.config import ARCHITECTURES
+from electra_tf.config import ARCHITECTURES, UNSCALED_PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
@@ -27,7 +27,6 @@ from finetune.span_tasks import get_span_task
 
 RECIPES = ("code", "paper")
 LOSS_REDUCTIONS = ("sum", "mean")
-PRECISIONS = ("float32", "mixed_bfloat16")  # tf_keras policies; mixed_float16 would need loss scaling
 SIZE_PRESETS = {
     "small": dict(embedding_size=128),
     "small++": dict(embedding_size=128),
@@ -186,8 +185,8 @@ class FinetuningConfig(HParams):
         _require(self.recipe in RECIPES, f"recipe {self.recipe!r} is not one of: {', '.join(RECIPES)}")
         _require(self.loss_reduction in LOSS_REDUCTIONS,
                  f"loss_reduction {self.loss_reduction!r} is not one of: {', '.join(LOSS_REDUCTIONS)}")
-        _require(self.precision in PRECISIONS,
-                 f"precision {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
+        _require(self.precision in UNSCALED_PRECISIONS,
+                 f"precision {self.precision!r} is not one of: {', '.join(UNSCALED_PRECISIONS)}")
         _require(len(set(self.task_names)) == len(self.task_names),
                  f"task_names {self.task_names} names a task twice")
         _require(self.do_train or self.do_eval or self.write_test_outputs,

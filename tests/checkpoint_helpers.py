@@ -2,6 +2,7 @@
 and what a served SavedModel computes in."""
 
 import csv
+import inspect
 import textwrap
 from pathlib import Path
 
@@ -108,16 +109,23 @@ def encode_pairs(tokenizer, pairs, max_length=64):
     return input_ids, input_mask, segment_ids
 
 
+def graph_nodes(graph_def) -> list:
+    """The nodes of a GraphDef and of every function in its library."""
+    return list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
+
+
+def matmul_dtypes(graph_def) -> dict:
+    """{node name: dtype name} of every (batch) matmul of a GraphDef and the functions it calls."""
+    return {node.name: tf.dtypes.as_dtype(node.attr["T"].type).name for node in graph_nodes(graph_def)
+            if node.op in ("MatMul", "BatchMatMulV2")}
+
+
 # Pasted into the fresh-process scripts of the SavedModel tests (which import tensorflow as tf).
-SERVED_PRECISION = textwrap.dedent('''
+SERVED_PRECISION = "\n" + "\n\n".join(inspect.getsource(f) for f in (graph_nodes, matmul_dtypes)) + textwrap.dedent('''
+
     def served_precision(loaded, serving):
-        """{"precision": the export's record, "matmuls": {node name: dtype} of every (batch) matmul in
-        the serving graph and the functions it calls}."""
-        graph = serving.graph.as_graph_def()
-        nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
-        return {"precision": loaded.precision.numpy().decode(),
-                "matmuls": {node.name: tf.dtypes.as_dtype(node.attr["T"].type).name for node in nodes
-                            if node.op in ("MatMul", "BatchMatMulV2")}}
+        """{"precision": the export's record, "matmuls": matmul_dtypes of its serving graph}."""
+        return {"precision": loaded.precision.numpy().decode(), "matmuls": matmul_dtypes(serving.graph.as_graph_def())}
 ''')
 
 

@@ -17,6 +17,7 @@ from finetune.data import load_task_data, make_tokenizer
 from finetune.inputs import pad_batch, train_batches
 from finetune.qa_head import QAHead
 from finetune.runner import FINETUNED, Trial
+from checkpoint_helpers import graph_nodes, matmul_dtypes
 from test_finetuning import data_dir, finetuning_config, run_cli  # noqa: F401 (data_dir is a fixture)
 
 PRECISIONS = ("mixed_bfloat16", "float32")
@@ -30,12 +31,6 @@ FUSED_LAYER_OPS = {"ElectraAttention", "ElectraBiasGelu", "ElectraResidualLayerN
 LOGIT_TOLERANCE = 0.1
 PROBABILITY_TOLERANCE = LOGIT_TOLERANCE / 2
 LOSS_RTOL = 0.02
-
-
-def graph_nodes(function) -> list:
-    """The nodes of a traced tf.function's graph and of every function it calls."""
-    graph = function.get_concrete_function().graph.as_graph_def()
-    return list(graph.node) + [node for f in graph.library.function for node in f.node_def]
 
 
 def new_trial(data_dir, precision, **values):  # noqa: F811
@@ -72,11 +67,10 @@ def test_bf16_trial_computes_in_bfloat16_with_float32_variables_and_losses(trial
         assert {v.dtype for v in trial.model.variables} == {tf.float32}
         assert len(losses) == STEPS and all(loss.dtype == tf.float32 and math.isfinite(float(loss))
                                             for loss in losses)
-        nodes = graph_nodes(step)
-        float32_matmuls = {node.name for node in nodes if node.op in ("MatMul", "BatchMatMulV2")
-                           and node.attr["T"].type == tf.float32.as_datatype_enum}
-        matmuls = [node for node in nodes if node.op in ("MatMul", "BatchMatMulV2")]
-        ops = {node.op for node in nodes}
+        graph = step.get_concrete_function().graph.as_graph_def()
+        matmuls = matmul_dtypes(graph)
+        float32_matmuls = {name for name, dtype in matmuls.items() if dtype == "float32"}
+        ops = {node.op for node in graph_nodes(graph)}
         built = cpu_kernels.library() is not None
         if precision == "mixed_bfloat16":
             # every matmul, forward and backward, in bfloat16 but the embeddings' token-type one-hot
@@ -86,7 +80,7 @@ def test_bf16_trial_computes_in_bfloat16_with_float32_variables_and_losses(trial
                 "gradient_tape/finetuning_model/electra/embeddings/MatMul/MatMul"}, float32_matmuls
             assert not ops & FUSED_LAYER_OPS
         else:
-            assert float32_matmuls == {node.name for node in matmuls}
+            assert float32_matmuls == set(matmuls)
             assert ops & FUSED_LAYER_OPS == (FUSED_LAYER_OPS if built else set())
         assert ("ElectraAdamWeightDecay" in ops) == built  # the fused update of the float32 variables
         scores = trial.evaluate()["mrpc"]
