@@ -43,6 +43,18 @@ def test_decision_rule_needs_both_tasks_and_the_margin():
     assert not transfers({"sst": 0.9, "mrpc": 0.9}, 1.0)  # mean gain below the margin
 
 
+def test_runs_pin_masking_without_replacement(tmp_path):
+    """Every run of the plan draws masked positions without replacement, as the pilots did when the
+    plan was fixed, whatever PretrainingConfig's default becomes: all runs stay comparable."""
+    from electra_tf.config import PretrainingConfig
+    from paper_replication.units import run_hparams, schedule
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    run = schedule(QUICK, 0.0, None, "pilot_a", 1, "bert", "bert", 1e-3, (1.0,))
+    hparams = run_hparams(ctx, run)
+    config = PretrainingConfig.from_hparams("pilot_a", str(tmp_path / "model"), {**hparams, "vocab_size": 100})
+    assert hparams["mask_with_replacement"] is False and config.mask_with_replacement is False
+
+
 def _segments(run: str, count: int):
     return [Unit(f"s1/{run}/pretrain/{10 * k}", "pretrain",
                  {"run": run, "step": 10 * k, "from_step": 10 * (k - 1), "flops_per_step": 1.0})

@@ -11,7 +11,9 @@ the training split only. Sequences of 128 tokens, the original's packing.
 Architecture (every stage): discriminator hidden 256, 4 layers, 4 heads, FFN 1024, embedding
 128 (`small` with `num_hidden_layers` 4); generator 1/4 of the width (hidden 64, 1 head, FFN 256,
 4 layers), embeddings tied, as ELECTRA-Small's. Batch 128, warm-up 6 % of the steps, linear
-decay, AdamW as the original, masking as the original (15 %, 85 % of them [MASK]).
+decay, AdamW as the original, masking as the original (15 %, 85 % of them [MASK]) except that
+the masked positions are drawn without replacement (`mask_with_replacement: false`, pinned in
+every run's hparams: the package's default when this plan was fixed, kept so all runs match).
 
 Stage 1, the regime (go/no-go), every pilot with objective `bert` (MLM only):
   (a) the learned 8,192-token vocab, lr 1e-3 (MLM is stable there for small models; the

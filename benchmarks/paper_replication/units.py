@@ -130,7 +130,8 @@ def run_hparams(ctx: Context, run: Run) -> dict:
             "iterations_per_loop": min(run.save_every, 100), "log_every": min(run.save_every, 50),
             "pretrain_tfrecords": str(data / "train" / "pretrain_data.tfrecord*"),
             "eval_tfrecords": str(data / "eval" / "pretrain_data.tfrecord*"),
-            "model_dir": str(ctx.output_dir / "models" / run.name), "do_eval": False}
+            "model_dir": str(ctx.output_dir / "models" / run.name), "do_eval": False,
+            "mask_with_replacement": False}  # as every run has drawn since the plan was fixed
 
 
 def data_unit_ids(vocab: str) -> Tuple[str, ...]:
