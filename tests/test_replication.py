@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,54 @@ def test_runs_pin_masking_without_replacement(tmp_path):
     hparams = run_hparams(ctx, run)
     config = PretrainingConfig.from_hparams("pilot_a", str(tmp_path / "model"), {**hparams, "vocab_size": 100})
     assert hparams["mask_with_replacement"] is False and config.mask_with_replacement is False
+
+
+def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
+    """A pretraining worker stopped mid-segment (a session ends) leaves its spent time behind; the
+    worker that finishes the segment records only its own share in the unit file, and the stage's
+    time (what budgets and totals use) adds both. Training is replaced by a fake that writes the
+    checkpoint files TensorFlow would and burns CPU time."""
+    from paper_replication import worker
+    from paper_replication.store import Store
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
+    units = [{"id": f"s1/run/pretrain/{step}", "params": {
+        "run": "run", "hparams": {"model_dir": str(model_dir)}, "step": step, "from_step": step - 10,
+        "probe": str(tmp_path / "probes" / f"ckpt-{step}"), "flops_per_step": 1.0, "tokens_per_step": 4}}
+        for step in (10, 20)]
+
+    def checkpoint(step):
+        for name in (f"ckpt-{step}.index", f"ckpt-{step}.data-00000-of-00001", "config.json", "vocab.txt"):
+            (model_dir / name).write_text("x")
+        (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{step}"\n')
+
+    def burn(seconds):
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    def stopped_after_step_15(hparams, stream):
+        checkpoint(10)
+        burn(4.5)  # steps 10-15 (the worker notes its time every 2 s), then the session ends before ckpt-20
+        raise KeyboardInterrupt
+
+    model_dir.mkdir()
+    monkeypatch.setattr(worker, "_pretraining", stopped_after_step_15)
+    with pytest.raises(KeyboardInterrupt):
+        worker.do_pretrain(units, store)
+    assert store.read("s1/run/pretrain/10")["steps_timed"] == 10 and store.read("s1/run/pretrain/20") is None
+    (left,) = store.unrecorded("s1/run/pretrain/20")  # in both copies, counted once
+    assert left["from_step"] == 10 and left["machine_seconds"] > 1.0 / os.cpu_count()
+    assert not store.unrecorded("s1/run/pretrain/10")  # its time is in its unit file
+
+    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: (burn(0.5), checkpoint(20)))
+    worker.do_pretrain(units[1:], store)
+    finished = store.read("s1/run/pretrain/20")
+    assert finished["steps_timed"] == 10 and store.unrecorded("s1/run/pretrain/20") == [left]
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    segments = [Unit(u["id"], "pretrain", u["params"]) for u in units]
+    assert ctx.spent(segments) == pytest.approx(store.read("s1/run/pretrain/10")["machine_seconds"]
+                                                + finished["machine_seconds"] + left["machine_seconds"])
 
 
 def _segments(run: str, count: int):

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 
 from paper_replication.stages import StagePlan, plan_all
 from paper_replication.store import write_json
-from paper_replication.units import GLUE_FOLDERS, Context, Run, seed_scores
+from paper_replication.units import GLUE_FOLDERS, Context, Run, Unit, seed_scores
 
 # Paper Table 5 (GLUE dev, base size): the ranking the ablations are compared with.
 PAPER_TABLE5 = {"electra": 85.0, "all_tokens_mlm": 84.3, "replace_mlm": 82.4, "electra_15": 82.4, "bert": 82.2}
@@ -37,13 +37,12 @@ def _tasks_summary(ctx: Context, prefix: str, tasks) -> dict:
 
 def _run_summary(ctx: Context, run: Run, tasks) -> dict:
     checkpoints = []
+    segments = [Unit(f"s{run.stage}/{run.name}/pretrain/{k}", "pretrain", {}) for k in run.probe_steps]
     for step in run.probe_steps:
         segment = ctx.result(f"s{run.stage}/{run.name}/pretrain/{step}") or {}
         evaluation = ctx.result(f"s{run.stage}/{run.name}/eval/{step}") or {}
         checkpoints.append({"step": step, "flops": segment.get("flops"), "eval": evaluation.get("metrics"),
-                            "machine_seconds": sum(
-                                (ctx.result(f"s{run.stage}/{run.name}/pretrain/{k}") or {}).get("machine_seconds", 0)
-                                for k in run.probe_steps if k <= step) or None,
+                            "machine_seconds": ctx.spent(segments[:run.probe_steps.index(step) + 1]) or None,
                             "tokens_per_second": segment.get("tokens_per_second"),
                             **_tasks_summary(ctx, f"s{run.stage}/{run.name}/ft/{step}", tasks)})
     return {**dataclasses.asdict(run), "checkpoints": checkpoints}

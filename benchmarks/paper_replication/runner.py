@@ -107,7 +107,7 @@ class Stage:
     def line(self, event: str) -> str:
         pending = self.ctx.pending(self.units)
         estimator = Estimator(self.ctx, self.all_units)
-        spent = sum((self.ctx.result(u.id) or {}).get("seconds", 0.0) for u in self.units)
+        spent = self.ctx.spent(self.units, machine=False)
         return (f"[stage {self.number}] {event} | {len(self.units) - len(pending)}/{len(self.units)} units done "
                 f"| stage time {duration(spent)}, ETA {duration(estimator.total(pending))}")
 
@@ -206,10 +206,10 @@ def status(ctx: Context, last_stage: int = 3) -> str:
             kinds[unit.kind] = (done + (unit.id not in pending_ids), count + 1)
         eta = estimator.total(pending)
         total += eta
-        spent = sum((ctx.result(u.id) or {}).get("seconds", 0.0) for u in plan.units)
+        wall, machine = ctx.spent(plan.units, machine=False), ctx.spent(plan.units)
         lines.append(f"stage {number}: {len(plan.units) - len(pending)} done, {len(pending)} remaining"
-                     f"{'' if plan.complete else ' (more once these finish)'}; time so far {duration(spent)}, "
-                     f"ETA {duration(eta)}")
+                     f"{'' if plan.complete else ' (more once these finish)'}; time so far {duration(wall)} "
+                     f"({duration(machine)} machine time), ETA {duration(eta)}")
         lines.append("  " + ", ".join(f"{kind} {done}/{count}" for kind, (done, count) in kinds.items()))
         lines += [f"  {note}" for note in plan.notes]
     for number in range(len(plans) + 1, last_stage + 1):

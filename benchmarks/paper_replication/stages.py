@@ -33,11 +33,6 @@ def step_flops(ctx: Context, objective: str, vocab: str) -> float:
                           ctx.vocab_size(vocab), s.batch)
 
 
-def _seconds(ctx: Context, units: Sequence[Unit]) -> float:
-    """Machine seconds (CPU time / cores: the time on the machine alone) the units took."""
-    return sum(_machine(ctx.result(u.id) or {}) for u in units)
-
-
 def _machine(result: dict) -> float:
     return result.get("machine_seconds", result.get("seconds", 0.0))
 
@@ -193,7 +188,7 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
     units = [throughput_unit(ctx, 2, "electra", regime.vocab, regime.learning_rate)]
     if not _all_done(ctx, units):
         return StagePlan(units, complete=False, notes=["the budget follows from electra's measured tokens/s"])
-    stage1_hours = _seconds(ctx, stage1.units) / 3600
+    stage1_hours = ctx.spent(stage1.units) / 3600
     per_pass = seconds_per_pass(ctx, stage1.units) or 0.0
     finetuning = _finetuning_hours(ctx, 2 * len(s.stage_fractions) + 1, per_pass)
     hours = min(s.stage2_max_hours, (s.cap_hours - stage1_hours - finetuning) / 2)
@@ -223,7 +218,7 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
 
 def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan:
     s, regime = ctx.settings, stage1.regime
-    left = s.cap_hours - stage2.budget["stage1_hours"] - _seconds(ctx, stage2.units) / 3600
+    left = s.cap_hours - stage2.budget["stage1_hours"] - ctx.spent(stage2.units) / 3600
     per_pass = seconds_per_pass(ctx, stage1.units + stage2.units) or 0.0
     hours2, flops2 = stage2.budget["hours_each"], stage2.budget["flops_each"]
     if s.quick or left - _finetuning_hours(ctx, 3, per_pass) >= 3 * hours2:

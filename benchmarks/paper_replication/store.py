@@ -4,12 +4,18 @@
 `<results-dir>/units/`, which is committed: a unit counts as done when either copy exists, so a
 machine that lost the output dir does not redo finished fine-tuning. Files are written
 atomically (temporary file, then rename), so a killed run never leaves half a result.
+
+Time that no unit file holds: a pretraining worker keeps `units/<unit id>.unrecorded/<worker>.json`
+up to date with the seconds it has spent on the segment it is training, and deletes it once the
+segment's unit file holds them. A worker that is stopped first (a session ends) leaves its file
+behind: the steps it checkpointed are not trained again and the steps after its last checkpoint
+are, but either way the time was spent, so budgets and totals add these files to the units' own.
 """
 
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 
 def write_json(path: Path, document) -> None:
@@ -46,3 +52,24 @@ class Store:
     def write(self, unit_id: str, result: dict) -> None:
         for path in self._paths(unit_id):
             write_json(path, result)
+
+    def _unrecorded_dirs(self, unit_id: str):
+        return [path.with_name(path.name[:-len(".json")] + ".unrecorded") for path in self._paths(unit_id)]
+
+    def write_unrecorded(self, unit_id: str, worker: str, record: dict) -> None:
+        for directory in self._unrecorded_dirs(unit_id):
+            write_json(directory / f"{worker}.json", record)
+
+    def clear_unrecorded(self, unit_id: str, worker: str) -> None:
+        for directory in self._unrecorded_dirs(unit_id):
+            (directory / f"{worker}.json").unlink(missing_ok=True)
+
+    def unrecorded(self, unit_id: str) -> List[dict]:
+        """The unit's unrecorded-time records (each worker's once, from whichever copy has it)."""
+        found = {}
+        for directory in self._unrecorded_dirs(unit_id):
+            for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+                record = read_json(path)
+                if record is not None:
+                    found.setdefault(path.name, record)
+        return [found[name] for name in sorted(found)]

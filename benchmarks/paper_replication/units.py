@@ -60,6 +60,15 @@ class Context:
     def result(self, unit_id: str) -> Optional[dict]:
         return self.store.read(unit_id)
 
+    def spent(self, units: Sequence[Unit], machine: bool = True) -> float:
+        """Seconds the units took: machine seconds (CPU time / cores: the time on the machine alone;
+        wall seconds where a result predates them) or, with `machine=False`, wall seconds. Includes
+        the time of stopped workers that no unit file holds (`Store.unrecorded`)."""
+        def seconds(record: dict) -> float:
+            return record.get("machine_seconds", record.get("seconds", 0.0)) if machine else record.get("seconds", 0.0)
+        return sum(seconds(self.result(u.id) or {}) + sum(seconds(r) for r in self.store.unrecorded(u.id))
+                   for u in units)
+
     def corpus_split(self) -> Tuple[List[Path], List[Path]]:
         """(training files, held-out files) of the corpus, in sorted order."""
         files = sorted(p for p in (self.shared_data / "corpus" / "enwiki_2015_wikiextractor" / "AA").iterdir()

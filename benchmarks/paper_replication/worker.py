@@ -149,6 +149,7 @@ def do_pretrain(units: list, store: Store) -> None:
             raise RuntimeError(f"{unit['id']}: {model_dir} is past step {step} and its checkpoint is gone; "
                                f"delete {model_dir} to pretrain this run again")
     state = {"start": time.monotonic(), "machine": machine_seconds(), "from": resumed}
+    worker = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
     tee = Tee()
     _mark("start", pending[0]["id"])
 
@@ -165,10 +166,15 @@ def do_pretrain(units: list, store: Store) -> None:
                 "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
                 "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
                 "flops": step * params["flops_per_step"]})
+            store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
             state.update(start=time.monotonic(), machine=machine_seconds(), **{"from": step})
             if pending:
                 _mark("start", pending[0]["id"])
+        if pending:  # this worker's time on the segment so far, kept should it be stopped before the end
+            store.write_unrecorded(pending[0]["id"], worker, {
+                "from_step": state["from"], "seconds": time.monotonic() - state["start"],
+                "machine_seconds": machine_seconds() - state["machine"]})
 
     stop = threading.Event()
 
