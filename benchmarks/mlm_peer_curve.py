@@ -6,8 +6,8 @@ a given batch; it does not cover what reaches the step (the TFRecords as our inp
 them, the in-graph masking) nor a whole run. This script trains HF transformers'
 `ElectraForMaskedLM` of the same shape on the same TFRecord files, with the masking written here
 from the original's spec (§5.1: 15 % of the real non-special tokens, 19 slots, 85 % of the used
-slots [MASK], the rest kept; positions drawn without replacement as our default
-`mask_with_replacement: false`, which the pilots run, or with `--with-replacement` as the original)
+slots [MASK], the rest kept; positions drawn without replacement, as the pilots run (they pin
+`mask_with_replacement: false`), or with `--with-replacement` as the original and our default)
 and the original's optimizer (§7: AdamW without bias correction, decay off LayerNorm and biases,
 global-norm clipping at 1.0, linear decay from step 0 to 0 at the pilot's full step count times a
 linear warm-up factor), and prints its mean training loss and accuracy per window of steps beside

@@ -103,7 +103,10 @@ def _token_batch(batch: int):
 
 
 def _masked_batch(batch: int) -> dict:
-    """The batch masked once with this project's masking (for MG and HF, which mask outside the step)."""
+    """The batch masked once with this project's masking (for MG and HF, which mask outside the step).
+
+    `mask_tokens`' default draw (with replacement) is the config default that "ours" masks with in
+    its step, so all three train on masks drawn the same way."""
     import tensorflow as tf
     from electra_tf.objectives import mask_tokens
     ids, mask = _token_batch(batch)

@@ -101,7 +101,7 @@ class PretrainingConfig(HParams):
     mask_prob: float = 0.15
     mask_token_fraction: float = 0.85  # of masked positions: [MASK]; the original's 85%
     random_token_fraction: float = 0.0  # a random token; the rest keep theirs (BERT: 0.8 / 0.1)
-    mask_with_replacement: bool = False  # True draws positions with replacement, as the original
+    mask_with_replacement: bool = True  # True: the original's draw, duplicates possible; False: distinct positions
     # Optimisation
     optimizer: str = "adamw"  # one of OPTIMIZERS
     learning_rate: float = 5e-4

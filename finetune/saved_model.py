@@ -23,7 +23,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, check_vocab, staged_output
-from electra_tf.checkpoints.saved_model import SIGNATURE, encode, precision_record
+from electra_tf.checkpoints.saved_model import SIGNATURE, check_precision, encode, precision_record
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
@@ -111,6 +111,7 @@ def choose_task(config: FinetuningConfig, task: Optional[str], model_dir: Path) 
 
 def build_server(model_dir, task: Optional[str] = None, precision: str = "float32") -> GlueServer:
     """The GlueServer of a trial's model dir, its fine-tuned weights restored, computing in `precision`."""
+    check_precision(precision)
     model_dir = Path(model_dir)
     if not is_finetuned_dir(model_dir):
         raise InputError(f"{model_dir} holds no fine-tuned model ({FINETUNED}.index); a trial's model dir "
@@ -136,6 +137,7 @@ def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrit
                      precision: str = "float32") -> GlueServer:
     """Writes a trial's fine-tuned model (for `task`) as a SavedModel computing in `precision`; returns
     the server it saved."""
+    check_precision(precision)  # before reading the checkpoint
     check_output(output_dir, overwrite)
     server = build_server(model_dir, task, precision)
     with staged_output(output_dir, overwrite) as staging:

@@ -28,7 +28,7 @@ ORIGINAL_DEFAULTS = dict(
     tpu_name=None, tpu_zone=None, gcp_project=None)
 PROJECT_DEFAULTS = dict(
     objective="electra", two_stage_generator_steps=0, mask_token_fraction=0.85,
-    random_token_fraction=0.0, mask_with_replacement=False, strategy="auto",
+    random_token_fraction=0.0, mask_with_replacement=True, strategy="auto",
     precision="float32", jit_compile=False, gradient_accumulation_steps=1, log_every=100,
     deterministic=False, seed=1234, init_checkpoint=None, init_checkpoint_reset_step=True,
     optimizer="adamw")

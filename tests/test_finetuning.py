@@ -226,8 +226,12 @@ def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir
 
     def resume_and_save_again(self):
         state = resume_state(self)
-        # the slots the first step's apply_gradients creates (and only then restores), then the state as restored
-        self.optimizer._create_all_weights(self.model.trainable_variables)
+        # the step counter and the slots that the first step's apply_gradients creates (a restore assigns
+        # them on creation), through the optimizer's public API; then the state as restored
+        _ = self.optimizer.iterations  # created on first access
+        for variable in self.model.trainable_variables:
+            for slot in ("adam_m", "adam_v"):
+                self.optimizer.add_slot(variable, slot)
         restored.append(self._training_state().write(str(tmp_path / "restored")))
         return state
 

@@ -5,9 +5,11 @@ import pytest
 import tensorflow as tf
 from sklearn.metrics import roc_auc_score
 
+from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.objectives import (PretrainingMetrics, copy_mechanism_loss, fake_data,
                                    mask_tokens, mlm_loss, rtd_loss, sample_tokens, total_loss)
+from electra_tf.pretraining import PretrainingModel
 
 PAD, CLS, SEP, MASK = 0, 101, 102, 103
 SEQ_LEN, N = 128, 19  # N = int((0.15 + 0.005) * 128), the original's max_predictions_per_seq
@@ -52,12 +54,30 @@ def real_rows(corpus_dir, vocab_file):
     pytest.fail("the corpus gave fewer than 10,000 rows")
 
 
+def candidate_counts(ids, mask):
+    """[B] real tokens per row other than [CLS], [SEP] and [MASK]."""
+    return ((mask == 1) & ~np.isin(ids, [CLS, SEP, MASK])).sum(1)
+
+
 def expected_counts(ids, mask, mask_prob=0.15):
     """The original's num_to_predict in float32 with round-half-to-even, capped by candidates."""
     num_tokens = mask.sum(1).astype(np.float32)
     count = np.clip(np.round(num_tokens * np.float32(mask_prob)).astype(np.int32), 1, N)
-    candidates = (mask == 1) & ~np.isin(ids, [CLS, SEP, MASK])
-    return np.minimum(count, candidates.sum(1))
+    return np.minimum(count, candidate_counts(ids, mask))
+
+
+def drawn_positions(masked):
+    """Per row: (distinct positions its used slots drew, how often each was drawn)."""
+    pos, used = masked.masked_lm_positions.numpy(), masked.masked_lm_weights.numpy() == 1
+    return [np.unique(p[u], return_counts=True) for p, u in zip(pos, used)]
+
+
+def duplicate_draws(ids, mask, masked):
+    """(repeated draws in `masked`, their expectation for uniform draws with replacement)."""
+    counts, candidates = expected_counts(ids, mask), candidate_counts(ids, mask)
+    expected_distinct = candidates * (1 - (1 - 1 / candidates) ** counts)
+    distinct = sum(len(positions) for positions, _ in drawn_positions(masked))
+    return counts.sum() - distinct, counts.sum() - expected_distinct.sum()
 
 
 def selected_values(ids, masked):
@@ -91,7 +111,7 @@ def check_positions(ids, mask, masked, distinct):
 def test_masking_statistics_on_real_rows(real_rows):
     ids, mask = real_rows
     assert len({int(m.sum()) for m in mask}) > 50  # padding variety
-    masked = mask_tokens(ids, mask, max_predictions_per_seq=N, seed=[1, 2], **SPECIAL)
+    masked = mask_tokens(ids, mask, max_predictions_per_seq=N, with_replacement=False, seed=[1, 2], **SPECIAL)
     counts = check_positions(ids, mask, masked, distinct=True)
     assert counts.sum() > 150_000
     original, now = selected_values(ids, masked)
@@ -103,7 +123,8 @@ def test_masking_statistics_on_real_rows(real_rows):
 def test_bert_style_80_10_10(real_rows):
     ids, mask = real_rows
     masked = mask_tokens(ids, mask, max_predictions_per_seq=N, mask_token_fraction=0.8,
-                         random_token_fraction=0.1, vocab_size=30522, seed=[3, 4], **SPECIAL)
+                         random_token_fraction=0.1, vocab_size=30522, with_replacement=False,
+                         seed=[3, 4], **SPECIAL)
     check_positions(ids, mask, masked, distinct=True)
     original, now = selected_values(ids, masked)
     random = (now != MASK) & (now != original)
@@ -118,21 +139,40 @@ def test_with_replacement_duplicates_and_scatter_rule(real_rows):
     ids, mask = real_rows
     masked = mask_tokens(ids, mask, max_predictions_per_seq=N, with_replacement=True,
                          seed=[5, 6], **SPECIAL)
-    counts = check_positions(ids, mask, masked, distinct=False)
-    candidates = ((mask == 1) & ~np.isin(ids, [CLS, SEP, MASK])).sum(1)
-    expected_distinct = candidates * (1 - (1 - 1 / candidates) ** counts)
-    pos, used = masked.masked_lm_positions.numpy(), masked.masked_lm_weights.numpy() == 1
-    drawn = [np.unique(p[u], return_counts=True) for p, u in zip(pos, used)]
+    check_positions(ids, mask, masked, distinct=False)
+    drawn = drawn_positions(masked)
     rows = np.concatenate([np.full(len(d[0]), r) for r, d in enumerate(drawn)])
     distinct = np.concatenate([d[0] for d in drawn])
     multiplicity = np.concatenate([d[1] for d in drawn])
-    duplicates = counts.sum() - len(distinct)
+    duplicates, expected = duplicate_draws(ids, mask, masked)
     assert duplicates > 5_000
-    assert abs(duplicates / (counts.sum() - expected_distinct.sum()) - 1) < 0.05
+    assert abs(duplicates / expected - 1) < 0.05
     # A position becomes [MASK] unless every slot that drew it kept it (0.15 ** multiplicity).
     values = masked.masked_input_ids.numpy()[rows, distinct]
     assert (values == MASK).sum() == pytest.approx((1 - 0.15 ** multiplicity).sum(), rel=0.01)
     assert ((values == MASK) | (values == ids[rows, distinct])).all()
+
+
+def test_default_config_masks_with_replacement(real_rows):
+    """A default PretrainingConfig draws as the original (repeats happen); false never repeats."""
+    ids, mask = real_rows
+    short = mask.sum(1) < 40  # rows with few candidates, where a repeated draw is likely
+    ids, mask = ids[short, :40], mask[short, :40]  # [R, 40]: their padding cut off
+    ids = np.where(ids > MASK, MASK + 1 + ids % 400, ids)  # a 504-token vocab keeps the MLM logits small
+    features = dict(input_ids=tf.constant(ids), input_mask=tf.constant(mask), segment_ids=tf.zeros_like(ids))
+    for hparams in ({}, {"mask_with_replacement": False}):
+        values = {"model_size": "tiny", "vocab_size": 504, **hparams}
+        config = PretrainingConfig.from_hparams("test", "/unused", values)
+        assert config.max_predictions_per_seq == N
+        model = PretrainingModel(config, **SPECIAL)
+        masked = model(features, seed=tf.constant([3, 1]), stage="generator").masked  # the config's draw
+        check_positions(ids, mask, masked, distinct=bool(hparams))
+        duplicates, expected = duplicate_draws(ids, mask, masked)
+        if hparams:
+            assert duplicates == 0
+        else:
+            assert len(ids) > 400 and expected > 30
+            assert abs(duplicates / expected - 1) < 0.4, (duplicates, expected)
 
 
 def test_scatter_rule_and_label_rule():
@@ -172,13 +212,13 @@ def test_masking_determinism_edge_rows_and_xla():
     assert xla.masked_input_ids.shape == (4, 10) and xla.masked_lm_positions.shape == (4, 3)
     np.testing.assert_array_equal(xla.masked_lm_positions, xla_again.masked_lm_positions)
     np.testing.assert_array_equal(xla.masked_lm_weights.numpy().sum(1), [1, 0, 0, 2])
-    assert fake.selected.numpy().sum() == 3
+    assert fake.selected.numpy().sum() == sum(len(p) for p, _ in drawn_positions(xla))  # distinct of 3 draws
 
 
 def test_masking_rejects_bad_settings():
     ids, mask = tf.ones([2, 8], tf.int32), tf.ones([2, 8], tf.int32)
     with pytest.raises(InputError, match="max_predictions_per_seq"):
-        mask_tokens(ids, mask, max_predictions_per_seq=9, **SPECIAL)
+        mask_tokens(ids, mask, max_predictions_per_seq=9, with_replacement=False, **SPECIAL)
     with pytest.raises(InputError, match="vocab_size"):
         mask_tokens(ids, mask, max_predictions_per_seq=2, random_token_fraction=0.1, **SPECIAL)
     with pytest.raises(InputError, match="<= 1"):

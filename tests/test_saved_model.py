@@ -13,8 +13,11 @@ import pytest
 import convert_checkpoint
 from checkpoint_helpers import SERVED_PRECISION, assert_computes_in, mrpc_pairs, randomize
 from electra_tf.checkpoints import model_dir
+from electra_tf.checkpoints.saved_model import export_saved_model
 from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
+from finetune.saved_model import export_finetuned
 
 MAX_SEQ_LENGTH = 32  # short, so the longer GLUE sentences are cut
 # The tiny random discriminator's logits are below 0.6 in size; bfloat16 keeps 8 significant bits, so
@@ -104,6 +107,15 @@ def test_existing_output_needs_overwrite(exported, capsys):
     assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir", str(out)]) == 2
     assert "exists; pass --overwrite" in capsys.readouterr().err
     assert (out / "saved_model.pb").exists()
+
+
+@pytest.mark.parametrize("export", [export_saved_model, export_finetuned])
+@pytest.mark.parametrize("precision", ["bfloat16", "mixed_float16"])
+def test_unsupported_precision_is_an_input_error_before_any_reading(export, precision, tmp_path):
+    # The model dir does not exist: the precision is checked first, before the checkpoint is read.
+    with pytest.raises(InputError, match=f"precision '{precision}' is not one of: float32, mixed_bfloat16"):
+        export(tmp_path / "missing", tmp_path / "out", precision=precision)
+    assert not (tmp_path / "out").exists()
 
 
 def test_bf16_export_computes_in_bfloat16_close_to_the_float32_export(served):

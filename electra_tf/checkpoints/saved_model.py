@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from electra_tf.config import UNSCALED_PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
 from electra_tf.modeling.layer_utils import build_in_scope
@@ -25,6 +26,12 @@ from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, read_mode
 from electra_tf.checkpoints.report import LoadReport, assign_weights
 
 SIGNATURE = "serving_default"
+
+
+def check_precision(precision: str) -> None:
+    """InputError unless `precision` is one an export offers (the policies needing no loss scaling)."""
+    if precision not in UNSCALED_PRECISIONS:
+        raise InputError(f"precision {precision!r} is not one of: {', '.join(UNSCALED_PRECISIONS)}")
 
 
 def precision_record(precision: str) -> tf.Variable:
@@ -65,6 +72,7 @@ class DiscriminatorServer(tf.Module):
 def build_server(config, values, vocab_file, precision: str = "float32") -> tuple:
     """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned, computing in
     `precision`."""
+    check_precision(precision)
     if config.objective not in ("electra", "electra_15") and "discriminator_predictions/dense/kernel" not in values:
         raise InputError(f"objective {config.objective!r} has no replaced-token head to serve")
     disc = config.discriminator_config()
@@ -81,6 +89,7 @@ def build_server(config, values, vocab_file, precision: str = "float32") -> tupl
 def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision: str = "float32") -> LoadReport:
     """Writes the discriminator of a model dir's latest checkpoint as a SavedModel computing in
     `precision` (float32 or mixed_bfloat16)."""
+    check_precision(precision)  # before reading the checkpoint
     check_output(output_dir, overwrite)
     config, values = read_model_dir(model_dir)
     server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision)

@@ -11,10 +11,11 @@ The original (`pretrain_helpers.mask`, spec §5.1) masks every batch afresh insi
 
 Choices made here:
 
-- Positions are drawn WITHOUT replacement by default (random scores + top-k over candidates),
-  so every row gets exactly `num_to_predict` distinct positions. `with_replacement=True`
-  reproduces the original's `tf.random.categorical` draw: duplicates are possible, and the
-  masked ids are then written with the original's `scatter_update` rule.
+- Positions are drawn WITH replacement by default (`with_replacement=True`, as
+  `PretrainingConfig.mask_with_replacement`): the original's `tf.random.categorical` draw, so a
+  row may draw a position twice and the masked ids are written with the original's
+  `scatter_update` rule. `with_replacement=False` is the opt-in fix: random scores + top-k over
+  the candidates, so every row gets exactly `num_to_predict` distinct positions.
 - `num_to_predict` is also capped by the number of candidates (a row without candidates, e.g.
   an all-padding row, predicts nothing); the original leaves that case undefined.
 - Position 0 is never a candidate: it is the "unused slot" sentinel of `masked_lm_positions`
@@ -104,7 +105,7 @@ def _draw_positions(candidates: tf.Tensor, num_slots: int, with_replacement: boo
 def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, max_predictions_per_seq: int,
                 mask_id: int, cls_id: int, sep_id: int, mask_prob: float = 0.15,
                 mask_token_fraction: float = 0.85, random_token_fraction: float = 0.0,
-                vocab_size: Optional[int] = None, with_replacement: bool = False,
+                vocab_size: Optional[int] = None, with_replacement: bool = True,
                 seed: Optional[tf.Tensor] = None) -> MaskedLmInputs:
     """Select positions to predict and replace them: the generator's inputs and targets.
 
@@ -118,7 +119,8 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, max_predictions_
       random_token_fraction: share replaced by a uniformly random id in [0, vocab_size)
         (original: 0; BERT: 0.1). The rest keep their original token.
       vocab_size: required when random_token_fraction > 0.
-      with_replacement: draw positions with replacement like the original (duplicates possible).
+      with_replacement: draw positions with replacement like the original (duplicates possible);
+        False draws distinct positions.
       seed: optional [2] int seed for the stateless draws; the same seed gives the same masks.
 
     Returns:
