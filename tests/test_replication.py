@@ -161,7 +161,7 @@ def _run(out: Path, shared: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shared_data):
     out = tmp_path / "out"
-    first = _run(out, shared_data, "--stage", "1")
+    _run(out, shared_data, "--stage", "1")
     stage1 = {path: (path.stat().st_mtime_ns, path.read_text()) for path in (out / "units" / "s1").rglob("*.json")}
     kinds = {path.relative_to(out / "units" / "s1").parts[1] for path in stage1 if "pilot_a" in str(path)}
     assert kinds == {"pretrain", "eval", "ft"}, kinds
