@@ -141,18 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/mlm_peer_curve.py --data-dir "
                            "/work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage1.log")
     parser.add_argument("--data-dir", required=True, help="the replication's data dir of one vocab (train/, eval/)")
-    parser.add_argument("--vocab-file", default=str(REPO / "benchmarks/replication/vocab/learned_8192.txt"))
+    parser.add_argument("--vocab-file", default=str(REPO / "benchmarks/replication/vocab/learned_8192.txt"),
+                        help="the vocab the data dir was built with")
     parser.add_argument("--ours-log", default=None, help="the replication's log, for the side-by-side windows")
     parser.add_argument("--ours-run", default="s1/pilot_a", help="the run of --ours-log to compare with")
     parser.add_argument("--with-replacement", action="store_true",
                         help="draw masked positions with replacement, as the original (the pilots: without)")
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=300, help="training steps of the HF model")
     parser.add_argument("--total-steps", type=int, default=3312, help="the schedule's length (the pilot's)")
-    parser.add_argument("--warmup", type=int, default=199)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=199, help="warm-up steps (the pilot's)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate (the pilot's)")
+    parser.add_argument("--batch", type=int, default=128, help="examples per step (the pilot's)")
     parser.add_argument("--window", type=int, default=50, help="steps per printed window")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="initialisation, order and masking seed")
     return parser
 
 
