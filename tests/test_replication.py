@@ -104,6 +104,37 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
                                                 + finished["machine_seconds"] + left["machine_seconds"])
 
 
+def test_a_damaged_result_copy_is_ignored(tmp_path, capsys):
+    """A unit's result lives in two copies: a damaged one is named on stderr and the other used;
+    with both damaged the unit counts as not done, so it runs again instead of stopping the run."""
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    unit = Unit("s1/data/vocab_learned", "vocab", {})
+    ctx.store.write(unit.id, {"seconds": 3.0})
+    local, committed = (root / "units" / "s1/data/vocab_learned.json" for root in (ctx.output_dir, ctx.results_dir))
+    local.write_text('{"seconds": 3.')  # cut short
+    assert ctx.result(unit.id) == {"seconds": 3.0} and ctx.pending([unit]) == []
+    assert f"warning: {local} is damaged" in capsys.readouterr().err
+    committed.write_bytes(b"\xff\xfe[]")
+    assert ctx.result(unit.id) is None and ctx.pending([unit]) == [unit]
+    assert f"warning: {committed} is damaged" in capsys.readouterr().err
+
+
+def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run.pid").write_text(json.dumps({"pid": os.getppid(), "pgid": 4242}))  # a live process
+    with pytest.raises(SystemExit, match=f"another run \\(pid {os.getppid()}\\) is active .* kill -STOP -4242"):
+        runner.RunLock(out).__enter__()
+    (out / "run.pid").write_text('{"pid": 12')  # cut short: no run to respect
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks'); "
+            "from paper_replication.runner import RunLock\n"
+            f"with RunLock(Path({str(out)!r})) as lock: print(open(lock.path).read())")
+    entered = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert entered.returncode == 0, entered.stderr
+    assert json.loads(entered.stdout)["pid"] > 0 and not (out / "run.pid").exists()  # its own, then removed
+    assert "run.pid is damaged" in entered.stderr
+
+
 def _segments(run: str, count: int):
     return [Unit(f"s1/{run}/pretrain/{10 * k}", "pretrain",
                  {"run": run, "step": 10 * k, "from_step": 10 * (k - 1), "flops_per_step": 1.0})

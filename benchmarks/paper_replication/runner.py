@@ -5,7 +5,6 @@ with exit code 1 when a worker fails (its log's last lines are printed; rerunnin
 `--status` plans without running anything (no TensorFlow import).
 """
 
-import json
 import os
 import random
 import signal
@@ -18,7 +17,7 @@ from typing import List, Optional
 from electra_tf.progress import format_duration as duration
 from paper_replication.eta import Estimator
 from paper_replication.stages import StagePlan, plan_all
-from paper_replication.store import write_json
+from paper_replication.store import read_json, write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Unit
 
 BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
@@ -50,10 +49,12 @@ class RunLock:
         self.path = output_dir / "run.pid"
 
     def __enter__(self):
-        current = json.loads(self.path.read_text()) if self.path.exists() else None
-        if current and current["pid"] != os.getpid() and _alive(current["pid"]):
-            raise SystemExit(f"error: another run (pid {current['pid']}) is active on {self.path.parent}; "
-                             f"pause it with kill -STOP -{current['pgid']}, resume with kill -CONT -{current['pgid']}")
+        current = read_json(self.path)  # None when missing or damaged
+        pid = (current or {}).get("pid")
+        if pid not in (None, os.getpid()) and _alive(pid):
+            group = current.get("pgid", pid)
+            raise SystemExit(f"error: another run (pid {pid}) is active on {self.path.parent}; "
+                             f"pause it with kill -STOP -{group}, resume with kill -CONT -{group}")
         if os.getpgrp() != os.getpid():
             os.setpgid(0, 0)  # its own process group, so kill -STOP -<pgid> pauses it and its workers only
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the worker is stopped, this file removed

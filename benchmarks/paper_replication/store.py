@@ -14,6 +14,7 @@ are, but either way the time was spent, so budgets and totals add these files to
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -26,10 +27,19 @@ def write_json(path: Path, document) -> None:
 
 
 def read_json(path: Path) -> Optional[dict]:
+    """The file's JSON object; None if it is missing or damaged (said on stderr, naming the file:
+    the unit's other copy is used, or the unit runs again)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        print(f"warning: {path} is damaged ({error}); ignoring it", file=sys.stderr)
+        return None
+    if not isinstance(document, dict):
+        print(f"warning: {path} is damaged (not a JSON object); ignoring it", file=sys.stderr)
+        return None
+    return document
 
 
 class Store:
