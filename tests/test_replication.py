@@ -60,10 +60,13 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
     """A pretraining worker stopped mid-segment (a session ends) leaves its spent time behind; the
     worker that finishes the segment records only its own share in the unit file, and the stage's
     time (what budgets and totals use) adds both. Training is replaced by a fake that writes the
-    checkpoint files TensorFlow would and burns CPU time."""
+    checkpoint files TensorFlow would; the clock is a fake that only the fake training advances."""
     from paper_replication import worker
     from paper_replication.store import Store
+    clock = {"now": 100.0}
     monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    monkeypatch.setattr(worker, "machine_seconds", lambda: clock["now"])
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
     model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
     units = [{"id": f"s1/run/pretrain/{step}", "params": {
         "run": "run", "hparams": {"model_dir": str(model_dir)}, "step": step, "from_step": step - 10,
@@ -75,33 +78,56 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
             (model_dir / name).write_text("x")
         (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{step}"\n')
 
-    def burn(seconds):
-        end = time.process_time() + seconds
-        while time.process_time() < end:
-            pass
+    def train(seconds, until_recorded=None):
+        clock["now"] += seconds
+        for _ in range(500):  # until the watcher has noted the time (at most 5 s)
+            records = store.unrecorded(until_recorded) if until_recorded else []
+            if not until_recorded or (records and records[0]["machine_seconds"] == seconds):
+                return
+            time.sleep(0.01)
+        raise AssertionError("the watcher never recorded the worker's time")
 
     def stopped_after_step_15(hparams, stream):
+        train(7.0)
         checkpoint(10)
-        burn(4.5)  # steps 10-15 (the worker notes its time every 2 s), then the session ends before ckpt-20
-        raise KeyboardInterrupt
+        time.sleep(0.1)  # the watcher records segment 10
+        train(3.0, until_recorded="s1/run/pretrain/20")  # steps 10-15 ...
+        raise KeyboardInterrupt  # ... then the session ends before ckpt-20
 
     model_dir.mkdir()
     monkeypatch.setattr(worker, "_pretraining", stopped_after_step_15)
     with pytest.raises(KeyboardInterrupt):
         worker.do_pretrain(units, store)
-    assert store.read("s1/run/pretrain/10")["steps_timed"] == 10 and store.read("s1/run/pretrain/20") is None
-    (left,) = store.unrecorded("s1/run/pretrain/20")  # in both copies, counted once
-    assert left["from_step"] == 10 and left["machine_seconds"] > 1.0 / os.cpu_count()
-    assert not store.unrecorded("s1/run/pretrain/10")  # its time is in its unit file
+    first = store.read("s1/run/pretrain/10")
+    assert (first["steps_timed"], first["machine_seconds"]) == (10, 7.0) and store.read("s1/run/pretrain/20") is None
+    for root in ("out", "results"):  # both copies hold the stopped worker's record
+        (path,) = (tmp_path / root / "units" / "s1" / "run" / "pretrain" / "20.unrecorded").iterdir()
+        assert json.loads(path.read_text())["machine_seconds"] == 3.0
+    (left,) = store.unrecorded("s1/run/pretrain/20")  # the two copies, counted once
+    assert (left["from_step"], left["machine_seconds"]) == (10, 3.0)
+    assert not (tmp_path / "out" / "units" / "s1" / "run" / "pretrain" / "10.unrecorded").exists()  # cleared
 
-    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: (burn(0.5), checkpoint(20)))
+    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: (train(5.0), checkpoint(20)))
     worker.do_pretrain(units[1:], store)
     finished = store.read("s1/run/pretrain/20")
-    assert finished["steps_timed"] == 10 and store.unrecorded("s1/run/pretrain/20") == [left]
+    assert (finished["steps_timed"], finished["machine_seconds"]) == (10, 5.0)
+    assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    segments = [Unit(u["id"], "pretrain", u["params"]) for u in units]
-    assert ctx.spent(segments) == pytest.approx(store.read("s1/run/pretrain/10")["machine_seconds"]
-                                                + finished["machine_seconds"] + left["machine_seconds"])
+    assert ctx.spent([Unit(u["id"], "pretrain", u["params"]) for u in units]) == 7.0 + 5.0 + 3.0
+    # A record of the worker that its unit file names (committed while it ran) is not counted again.
+    store.write_unrecorded("s1/run/pretrain/20", finished["worker"], {"machine_seconds": 4.0, "seconds": 4.0})
+    assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
+
+
+def test_a_budget_is_computed_once(tmp_path):
+    """Stage 2's and 3's budget inputs are stored when first planned and read back afterwards, so a
+    restart on newer code or a later record cannot move a budget whose runs have started."""
+    from paper_replication.stages import _frozen
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    calls = []
+    for value in (1.5, 2.5):
+        assert _frozen(ctx, "s2/budget", lambda: calls.append(value) or {"stage1_hours": value}) == {"stage1_hours": 1.5}
+    assert calls == [1.5] and ctx.result("s2/budget") == {"stage1_hours": 1.5}
 
 
 def test_a_damaged_result_copy_is_ignored(tmp_path, capsys):

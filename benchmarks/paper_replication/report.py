@@ -35,6 +35,14 @@ def _tasks_summary(ctx: Context, prefix: str, tasks) -> dict:
     return {"tasks": summaries, "average": average}
 
 
+def _segment_rate(segment: dict) -> Optional[float]:
+    """FLOPs per machine second of the steps a segment's unit file timed (a stopped worker's time,
+    counted in `machine_seconds`, would also charge steps trained twice)."""
+    if not (segment.get("steps_timed") and segment.get("machine_seconds")):
+        return None
+    return segment["flops"] / segment["step"] * segment["steps_timed"] / segment["machine_seconds"]
+
+
 def _run_summary(ctx: Context, run: Run, tasks) -> dict:
     checkpoints = []
     segments = [Unit(f"s{run.stage}/{run.name}/pretrain/{k}", "pretrain", {}) for k in run.probe_steps]
@@ -44,6 +52,7 @@ def _run_summary(ctx: Context, run: Run, tasks) -> dict:
         checkpoints.append({"step": step, "flops": segment.get("flops"), "eval": evaluation.get("metrics"),
                             "machine_seconds": ctx.spent(segments[:run.probe_steps.index(step) + 1]) or None,
                             "tokens_per_second": segment.get("tokens_per_second"),
+                            "flops_per_machine_second": _segment_rate(segment),
                             **_tasks_summary(ctx, f"s{run.stage}/{run.name}/ft/{step}", tasks)})
     return {**dataclasses.asdict(run), "checkpoints": checkpoints}
 
@@ -66,7 +75,7 @@ def extrapolation(stage: dict, margin: float) -> List[str]:
         if len(points) < 2:
             continue
         slope, intercept = _line(points)
-        rate = [p["flops"] / p["machine_seconds"] for p in run["checkpoints"] if p.get("machine_seconds")]
+        rate = [p["flops_per_machine_second"] for p in run["checkpoints"] if p.get("flops_per_machine_second")]
         if slope <= 0:
             lines.append(f"{run['name']}: the gain does not grow with FLOPs ({slope:+.2f} points per 10x): "
                          "no extrapolation")

@@ -51,7 +51,7 @@ class RunLock:
     def __enter__(self):
         current = read_json(self.path)  # None when missing or damaged
         pid = (current or {}).get("pid")
-        if pid not in (None, os.getpid()) and _alive(pid):
+        if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
             group = current.get("pgid", pid)
             raise SystemExit(f"error: another run (pid {pid}) is active on {self.path.parent}; "
                              f"pause it with kill -STOP -{group}, resume with kill -CONT -{group}")

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 from paper_replication.flops import flops_per_step
 from paper_replication.settings import OBJECTIVES_STAGE2, OBJECTIVES_STAGE3, Pilot
 from paper_replication.units import (Context, Run, Unit, finetune_units, median_scores, pretraining_units,
-                                     run_hparams, schedule, train_passes)
+                                     machine_time, run_hparams, schedule, train_passes)
 
 FINETUNING_MARGIN = 1.2  # estimated fine-tuning hours = 1.2 x passes x measured seconds per pass
 
@@ -33,8 +33,14 @@ def step_flops(ctx: Context, objective: str, vocab: str) -> float:
                           ctx.vocab_size(vocab), s.batch)
 
 
-def _machine(result: dict) -> float:
-    return result.get("machine_seconds", result.get("seconds", 0.0))
+def _frozen(ctx: Context, key: str, compute) -> dict:
+    """The budget inputs stored under `key` the first time they were computed: a stage's budget
+    never moves once it is planned, whatever later code or records would give."""
+    stored = ctx.result(key)
+    if stored is None:
+        stored = compute()
+        ctx.store.write(key, stored)
+    return stored
 
 
 def seconds_per_pass(ctx: Context, units: Sequence[Unit]) -> Optional[float]:
@@ -42,7 +48,7 @@ def seconds_per_pass(ctx: Context, units: Sequence[Unit]) -> Optional[float]:
     done = [(ctx.result(u.id), u.params["task"]) for u in units if u.kind == "finetune" and ctx.result(u.id)]
     if not done:
         return None
-    return sum(_machine(r) for r, _ in done) / sum(train_passes(ctx, task) for _, task in done)
+    return sum(machine_time(r) for r, _ in done) / sum(train_passes(ctx, task) for _, task in done)
 
 
 def _all_done(ctx: Context, units: Sequence[Unit]) -> bool:
@@ -188,9 +194,12 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
     units = [throughput_unit(ctx, 2, "electra", regime.vocab, regime.learning_rate)]
     if not _all_done(ctx, units):
         return StagePlan(units, complete=False, notes=["the budget follows from electra's measured tokens/s"])
-    stage1_hours = ctx.spent(stage1.units) / 3600
-    per_pass = seconds_per_pass(ctx, stage1.units) or 0.0
-    finetuning = _finetuning_hours(ctx, 2 * len(s.stage_fractions) + 1, per_pass)
+    def inputs():
+        per_pass = seconds_per_pass(ctx, stage1.units) or 0.0
+        return {"stage1_hours": ctx.spent(stage1.units) / 3600, "seconds_per_finetuning_pass": per_pass,
+                "finetuning_hours_estimate": _finetuning_hours(ctx, 2 * len(s.stage_fractions) + 1, per_pass)}
+    frozen = _frozen(ctx, "s2/budget", inputs)
+    stage1_hours, finetuning = frozen["stage1_hours"], frozen["finetuning_hours_estimate"]
     hours = min(s.stage2_max_hours, (s.cap_hours - stage1_hours - finetuning) / 2)
     if not s.quick and hours < s.min_stage3_hours:
         return StagePlan(units, complete=True, notes=[f"stage 2 not run: stage 1 took {stage1_hours:.1f} h, which "
@@ -209,8 +218,7 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
                           {"probe": str(ctx.probe_prefix(run, run.steps)), "run": run.name,
                            "output": str(ctx.results_dir / "hf" / run.objective)},
                           needs=(f"s2/{run.name}/pretrain/{run.steps}",)))
-    budget = {"hours_each": hours, "flops_each": flops_budget, "stage1_hours": stage1_hours,
-              "finetuning_hours_estimate": finetuning, "seconds_per_finetuning_pass": per_pass}
+    budget = {"hours_each": hours, "flops_each": flops_budget, **frozen}
     return StagePlan(units, complete=True, runs=runs, budget=budget,
                      notes=[f"budget {flops_budget:.3g} FLOPs each (~{hours:.2f} h of the electra step): "
                             + ", ".join(f"{r.objective} {r.steps} steps" for r in runs)])
@@ -218,8 +226,10 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
 
 def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan:
     s, regime = ctx.settings, stage1.regime
-    left = s.cap_hours - stage2.budget["stage1_hours"] - ctx.spent(stage2.units) / 3600
-    per_pass = seconds_per_pass(ctx, stage1.units + stage2.units) or 0.0
+    frozen = _frozen(ctx, "s3/budget", lambda: {
+        "left_hours": s.cap_hours - stage2.budget["stage1_hours"] - ctx.spent(stage2.units) / 3600,
+        "seconds_per_finetuning_pass": seconds_per_pass(ctx, stage1.units + stage2.units) or 0.0})
+    left, per_pass = frozen["left_hours"], frozen["seconds_per_finetuning_pass"]
     hours2, flops2 = stage2.budget["hours_each"], stage2.budget["flops_each"]
     if s.quick or left - _finetuning_hours(ctx, 3, per_pass) >= 3 * hours2:
         objectives, hours, label = OBJECTIVES_STAGE3, hours2, "stage 2's budget"

@@ -7,7 +7,7 @@ atomically (temporary file, then rename), so a killed run never leaves half a re
 
 Time that no unit file holds: a pretraining worker keeps `units/<unit id>.unrecorded/<worker>.json`
 up to date with the seconds it has spent on the segment it is training, and deletes it once the
-segment's unit file holds them. A worker that is stopped first (a session ends) leaves its file
+segment's unit file (which names the worker) holds them. A worker that is stopped first (a session ends) leaves its file
 behind: the steps it checkpointed are not trained again and the steps after its last checkpoint
 are, but either way the time was spent, so budgets and totals add these files to the units' own.
 """
@@ -33,7 +33,7 @@ def read_json(path: Path) -> Optional[dict]:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:  # not OSError: a failing disk stops the run
         print(f"warning: {path} is damaged ({error}); ignoring it", file=sys.stderr)
         return None
     if not isinstance(document, dict):
@@ -73,13 +73,18 @@ class Store:
     def clear_unrecorded(self, unit_id: str, worker: str) -> None:
         for directory in self._unrecorded_dirs(unit_id):
             (directory / f"{worker}.json").unlink(missing_ok=True)
+            if directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
 
     def unrecorded(self, unit_id: str) -> List[dict]:
-        """The unit's unrecorded-time records (each worker's once, from whichever copy has it)."""
+        """The unit's unrecorded-time records (each worker's once, from whichever copy has it), but
+        the one of the worker its unit file names: a record committed while that worker ran, or
+        left by a kill between the unit file and the clearing, is in the unit file already."""
+        recorded_by = (self.read(unit_id) or {}).get("worker")
         found = {}
         for directory in self._unrecorded_dirs(unit_id):
             for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
                 record = read_json(path)
-                if record is not None:
+                if record is not None and path.stem != recorded_by:
                     found.setdefault(path.name, record)
         return [found[name] for name in sorted(found)]

@@ -48,6 +48,11 @@ class Run:
     probe_steps: Tuple[int, ...]
 
 
+def machine_time(record: dict) -> float:
+    """A result's machine seconds (wall seconds where a result predates them)."""
+    return record.get("machine_seconds", record.get("seconds", 0.0))
+
+
 class Context:
     """Paths and settings of one replication, and the unit results found so far."""
 
@@ -64,8 +69,7 @@ class Context:
         """Seconds the units took: machine seconds (CPU time / cores: the time on the machine alone;
         wall seconds where a result predates them) or, with `machine=False`, wall seconds. Includes
         the time of stopped workers that no unit file holds (`Store.unrecorded`)."""
-        def seconds(record: dict) -> float:
-            return record.get("machine_seconds", record.get("seconds", 0.0)) if machine else record.get("seconds", 0.0)
+        seconds = machine_time if machine else (lambda record: record.get("seconds", 0.0))
         return sum(seconds(self.result(u.id) or {}) + sum(seconds(r) for r in self.store.unrecorded(u.id))
                    for u in units)
 

@@ -18,12 +18,14 @@ import statistics
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from electra_tf.cli import use_pooled_cpu_allocator
 from paper_replication.store import Store
 
 PROGRESS_STEP = re.compile(r"^step (\d+)/")
+WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
 CORES = os.cpu_count() or 1
 
 
@@ -149,7 +151,7 @@ def do_pretrain(units: list, store: Store) -> None:
             raise RuntimeError(f"{unit['id']}: {model_dir} is past step {step} and its checkpoint is gone; "
                                f"delete {model_dir} to pretrain this run again")
     state = {"start": time.monotonic(), "machine": machine_seconds(), "from": resumed}
-    worker = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+    worker = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     tee = Tee()
     _mark("start", pending[0]["id"])
 
@@ -165,7 +167,7 @@ def do_pretrain(units: list, store: Store) -> None:
                 "step": step, "seconds": seconds, "machine_seconds": machine, "steps_timed": steps,
                 "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
                 "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
-                "flops": step * params["flops_per_step"]})
+                "flops": step * params["flops_per_step"], "worker": worker})
             store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
             state.update(start=time.monotonic(), machine=machine_seconds(), **{"from": step})
@@ -179,7 +181,7 @@ def do_pretrain(units: list, store: Store) -> None:
     stop = threading.Event()
 
     def watch():
-        while not stop.wait(2.0):
+        while not stop.wait(WATCH_SECONDS):
             collect()
 
     collect()
