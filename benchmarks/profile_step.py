@@ -21,6 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.pretrain_throughput import EMBEDDING, encoder_macs_per_token  # noqa: E402
+from benchmarks.pretrain_throughput import SEQ as THROUGHPUT_SEQ  # noqa: E402
 from electra_tf.cli import script_parser, use_pooled_cpu_allocator  # noqa: E402
 
 SEQ = 128
@@ -29,11 +31,11 @@ WRAPPERS = {"Process", "ParallelFor"}  # executor events that enclose op events
 
 
 def matmul_flops_per_token(hidden: int, layers: int, ffn: int, embedding: int, vocab: int, predictions: int) -> float:
-    """3 x forward FLOPs (2 per MAC) of a `bert` step: the E->H projection, per layer Q/K/V/output,
-    FFN, scores and context, and the MLM head (H->E, E x V) at the masked positions only."""
-    encoder = embedding * hidden + layers * (4 * hidden * hidden + 2 * hidden * ffn + 2 * SEQ * hidden)
+    """3 x forward FLOPs (2 per MAC) of a `bert` step: the encoder's matmuls (counted as in
+    pretrain_throughput.py) and the MLM head (H->E, E x V) at the masked positions only."""
+    assert embedding == EMBEDDING and SEQ == THROUGHPUT_SEQ, "pretrain_throughput counts ELECTRA-Small's shape"
     head = predictions / SEQ * (hidden * embedding + embedding * vocab)
-    return 3 * 2 * (encoder + head)
+    return 3 * 2 * (encoder_macs_per_token(hidden, layers, ffn) + head)
 
 
 def build_step(args):

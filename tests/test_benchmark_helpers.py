@@ -87,7 +87,7 @@ def peer_batch(lengths):
 @pytest.mark.parametrize("with_replacement", [False, True])
 def test_peer_curve_masks_as_the_original(with_replacement):
     """Used slots per row max(1, min(19, round(0.15 x real tokens))), at real non-special tokens
-    (distinct ones without replacement, as our default); only used slots can become [MASK], 85 % of
+    (distinct ones without replacement, as the pilots pin); only used slots can become [MASK], 85 % of
     them; everything else keeps its token."""
     vocab = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2, "[MASK]": 3}
     lengths = np.array([128, 40, 5] * 200)

@@ -12,8 +12,8 @@ drawn inside the layers with no way to hand the same masks to another implementa
 The steps run at global steps 3 and 4 with 4 warm-up steps out of 100, so the first update is in
 warm-up (lr x 3/4, decayed by 3 %) and the second past it (lr decayed by 4 %), and the second
 update uses the first one's Adam moments. Covered: objectives `electra` (positions drawn with
-replacement, as the original, so the duplicate-position rule runs) and `bert` (the default
-without replacement), each with the fused CPU kernels on and off (`ELECTRA_TF_CPU_KERNELS`, read
+replacement, as the original and the default, so the duplicate-position rule runs) and `bert`
+(distinct positions, `mask_with_replacement: false`), each with the fused CPU kernels on and off (`ELECTRA_TF_CPU_KERNELS`, read
 when the kernel library is first loaded: the fixture clears the loaded library so each setting
 really runs, and the test asserts which ops the traced step contains).
 
