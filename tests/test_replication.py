@@ -119,6 +119,38 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
     assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
 
 
+def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):
+    """The same for any other unit (a fine-tuning trial, an evaluation): a worker stopped while it
+    runs one leaves the time spent; the rerun's unit file holds its own share; both count."""
+    from paper_replication import worker
+    clock = {"now": 50.0}
+    monkeypatch.setattr(worker, "machine_seconds", lambda: clock["now"])
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
+    monkeypatch.setattr(worker, "use_pooled_cpu_allocator", lambda: None)
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir),
+                                "units": [{"id": "s1/data/vocab_learned", "kind": "vocab", "params": {}}]}))
+
+    def stopped(params, output_dir):
+        clock["now"] += 4.0
+        for _ in range(500):  # until the watcher has noted the time (at most 5 s)
+            if [r["machine_seconds"] for r in ctx.store.unrecorded("s1/data/vocab_learned")] == [4.0]:
+                raise KeyboardInterrupt  # the session ends
+            time.sleep(0.01)
+        raise AssertionError("the watcher never recorded the unit's time")
+
+    monkeypatch.setitem(worker.HANDLERS, "vocab", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        worker.main(str(spec))
+    assert ctx.result("s1/data/vocab_learned") is None
+    monkeypatch.setitem(worker.HANDLERS, "vocab", lambda params, output_dir: clock.update(now=clock["now"] + 1.5) or {})
+    assert worker.main(str(spec)) == 0
+    assert ctx.result("s1/data/vocab_learned")["machine_seconds"] == 1.5
+    assert ctx.spent([Unit("s1/data/vocab_learned", "vocab", {})]) == 1.5 + 4.0
+
+
 def test_a_budget_is_computed_once(tmp_path):
     """Stage 2's and 3's budget inputs are stored when first planned and read back afterwards, so a
     restart on newer code or a later record cannot move a budget whose runs have started."""

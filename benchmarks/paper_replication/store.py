@@ -5,9 +5,9 @@
 machine that lost the output dir does not redo finished fine-tuning. Files are written
 atomically (temporary file, then rename), so a killed run never leaves half a result.
 
-Time that no unit file holds: a pretraining worker keeps `units/<unit id>.unrecorded/<worker>.json`
-up to date with the seconds it has spent on the segment it is training, and deletes it once the
-segment's unit file (which names the worker) holds them. A worker that is stopped first (a
+Time that no unit file holds: a worker keeps `units/<unit id>.unrecorded/<worker>.json` up to date
+with the seconds it has spent on the unit it is running (for pretraining, the segment it is
+training), and deletes it once the unit file (which names the worker) holds them. A worker that is stopped first (a
 session ends) leaves its file behind: the steps it checkpointed are not trained again and the
 steps after its last checkpoint are, but either way the time was spent, so budgets and totals
 add these files to the units' own.

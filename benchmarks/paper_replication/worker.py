@@ -9,6 +9,7 @@ one go: a watcher thread copies each probe checkpoint aside as soon as TensorFlo
 (before `keep_checkpoint_max` would delete it) and records the segment.
 """
 
+import contextlib
 import io
 import json
 import os
@@ -139,6 +140,41 @@ def _latest_step(model_dir: Path) -> int:
     return int(found.group(1)) if found else 0
 
 
+def _worker_name() -> str:
+    """Names one worker's time records: start time, pid and a random suffix (unique per call)."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@contextlib.contextmanager
+def _recording_time(store: Store, unit_id: str):
+    """Keeps the unit's unrecorded-time record current (every WATCH_SECONDS) while the block runs,
+    so a worker stopped mid-unit leaves its time behind; yields the worker's name for the unit file
+    and clears the record once the block has completed (the unit file then holds the time)."""
+    worker, start, machine = _worker_name(), time.monotonic(), machine_seconds()
+    stop = threading.Event()
+
+    def note():
+        store.write_unrecorded(unit_id, worker, {"seconds": time.monotonic() - start,
+                                                 "machine_seconds": machine_seconds() - machine})
+
+    def watch():
+        while not stop.wait(WATCH_SECONDS):
+            note()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield worker
+    except BaseException:
+        stop.set()
+        watcher.join()
+        note()  # the unit failed or was interrupted: its time so far stays on record
+        raise
+    stop.set()
+    watcher.join()
+    store.clear_unrecorded(unit_id, worker)
+
+
 def do_pretrain(units: list, store: Store) -> None:
     """Runs the units' pretraining run to its end, recording each segment when its probe is copied."""
     hparams = units[0]["params"]["hparams"]
@@ -151,7 +187,7 @@ def do_pretrain(units: list, store: Store) -> None:
             raise RuntimeError(f"{unit['id']}: {model_dir} is past step {step} and its checkpoint is gone; "
                                f"delete {model_dir} to pretrain this run again")
     state = {"start": time.monotonic(), "machine": machine_seconds(), "from": resumed}
-    worker = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    worker = _worker_name()
     tee = Tee()
     _mark("start", pending[0]["id"])
 
@@ -265,9 +301,11 @@ def main(spec_path: str) -> int:
             continue
         _mark("start", unit["id"])
         start, machine = time.monotonic(), machine_seconds()
-        result = HANDLERS[unit["kind"]](unit["params"], output_dir)
-        seconds = time.monotonic() - start
-        store.write(unit["id"], {**result, "seconds": seconds, "machine_seconds": machine_seconds() - machine})
+        with _recording_time(store, unit["id"]) as worker:
+            result = HANDLERS[unit["kind"]](unit["params"], output_dir)
+            seconds = time.monotonic() - start
+            store.write(unit["id"], {**result, "seconds": seconds, "machine_seconds": machine_seconds() - machine,
+                                     "worker": worker})
         _mark("end", unit["id"], seconds)
         index += 1
     return 0
