@@ -151,6 +151,23 @@ def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):
     assert ctx.spent([Unit("s1/data/vocab_learned", "vocab", {})]) == 1.5 + 4.0
 
 
+def test_eta_counts_only_steps_after_the_newest_checkpoint(tmp_path):
+    """A segment resumed from a checkpoint is estimated from that step on: the steps already
+    checkpointed are not trained again, so they are not in the ETA either."""
+    from paper_replication.eta import Estimator
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    model_dir = tmp_path / "model"
+    unit = Unit("s1/run/pretrain/100", "pretrain", {"run": "run", "hparams": {"model_dir": str(model_dir)},
+                                                    "step": 100, "from_step": 0, "flops_per_step": 3e10})
+    estimator = Estimator(ctx, [unit])
+    assert estimator.seconds(unit) == 100.0  # no checkpoint yet: the prior rate, 1 s a step
+    model_dir.mkdir()
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n')
+    assert estimator.seconds(unit) == 60.0
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-140"\n')  # a later segment's
+    assert estimator.seconds(unit) == 0.0
+
+
 def test_a_budget_is_computed_once(tmp_path):
     """Stage 2's and 3's budget inputs are stored when first planned and read back afterwards, so a
     restart on newer code or a later record cannot move a budget whose runs have started."""

@@ -1,15 +1,16 @@
 """Estimated seconds of pending units, from what finished units measured (priors until then).
 
-Pretraining segments: their steps x FLOPs per step / the FLOP rate measured by finished segments of
+Pretraining segments: their steps not yet checkpointed x FLOPs per step / the FLOP rate measured by finished segments of
 the same run, else by any pretraining on this machine (segments and throughput runs), else a prior.
 Fine-tuning trials: training examples seen x the measured seconds per example. Evaluations: the
 mean measured. Everything else: fixed priors (a few minutes at most).
 """
 
 import statistics
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from paper_replication.units import Context, Unit, train_passes
+from paper_replication.units import Context, Unit, latest_checkpoint_step, train_passes
 
 PRIORS = {"vocab": 300.0, "build": 900.0, "throughput": 180.0, "eval": 60.0, "finetune": 120.0, "export": 30.0}
 PRIOR_FLOPS_PER_SECOND = 3e10
@@ -47,7 +48,9 @@ class Estimator:
         if unit.kind == "pretrain":
             rates = self.run_rates.get(params["run"])
             rate = statistics.median(rates) if rates else self.flops_per_second
-            return (params["step"] - params["from_step"]) * params["flops_per_step"] / rate
+            resumed = latest_checkpoint_step(Path(params["hparams"]["model_dir"]))
+            start = min(max(params["from_step"], resumed), params["step"])  # checkpointed steps are not redone
+            return (params["step"] - start) * params["flops_per_step"] / rate
         if unit.kind == "finetune" and self.seconds_per_pass is not None:
             return train_passes(self.ctx, params["task"]) * self.seconds_per_pass
         if unit.kind == "eval" and self.eval_seconds:

@@ -10,6 +10,7 @@ and a pending unit needs it. Planning is pure Python (no TensorFlow), so `--stat
 import dataclasses
 import functools
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -145,6 +146,13 @@ def run_hparams(ctx: Context, run: Run) -> dict:
             "eval_tfrecords": str(data / "eval" / "pretrain_data.tfrecord*"),
             "model_dir": str(ctx.output_dir / "models" / run.name), "do_eval": False,
             "mask_with_replacement": False}  # as every run has drawn since the plan was fixed
+
+
+def latest_checkpoint_step(model_dir: Path) -> int:
+    """The step of the run's newest checkpoint (0 before the first): where a resumed run starts."""
+    state = model_dir / "checkpoint"
+    found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state.read_text(), re.M) if state.exists() else None
+    return int(found.group(1)) if found else 0
 
 
 def data_unit_ids(vocab: str) -> Tuple[str, ...]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from electra_tf.cli import use_pooled_cpu_allocator
 from paper_replication.store import Store
+from paper_replication.units import latest_checkpoint_step
 
 PROGRESS_STEP = re.compile(r"^step (\d+)/")
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
@@ -134,12 +135,6 @@ def _copy_probe(model_dir: Path, step: int, probe: Path) -> None:
         temporary.replace(probe.parent / source.name)
 
 
-def _latest_step(model_dir: Path) -> int:
-    state = model_dir / "checkpoint"
-    found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state.read_text(), re.M) if state.exists() else None
-    return int(found.group(1)) if found else 0
-
-
 def _worker_name() -> str:
     """Names one worker's time records: start time, pid and a random suffix (unique per call)."""
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -180,7 +175,7 @@ def do_pretrain(units: list, store: Store) -> None:
     hparams = units[0]["params"]["hparams"]
     model_dir = Path(hparams["model_dir"])
     pending = sorted(units, key=lambda u: u["params"]["step"])
-    resumed = _latest_step(model_dir)
+    resumed = latest_checkpoint_step(model_dir)
     for unit in pending:
         step = unit["params"]["step"]
         if resumed > step and not _checkpoint_written(model_dir, step):
