@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     quiet_tensorflow_logs()
     use_pooled_cpu_allocator()
-    from pretrain_data import demo_report
+    from pretrain_data import inspection
     from pretrain_data.build import BuildOptions, build_pretraining_dataset
     from pretrain_data.default_corpus import write_default_corpus
     from pretrain_data.vocab_learning import VocabOptions, build_vocab
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
             output_dir=str(data_dir / "pretrain_tfrecords"), max_seq_length=args.max_seq_length,
             eval_fraction=0.05, overwrite=True, quiet=True))
         print(f"[3/7] pretraining data: {data_dir / 'pretrain_tfrecords'}")
-        print(demo_report.data_report(stats, data_dir / "pretrain_tfrecords", data_dir / "vocab.txt"))
+        print(inspection.data_report(stats, data_dir / "pretrain_tfrecords", data_dir / "vocab.txt"))
         pretrain(data_dir, vocab["vocab_size"], args)
 
     return exit_code(job)
@@ -82,7 +82,7 @@ def pretrain(data_dir: Path, vocab_size: int, args) -> None:
     from electra_tf.training import pretraining_runner
     from electra_tf.training.curves import eval_curve_table, plot_training_curves, read_scalars
     from electra_tf.training.run_summary import summarize_run
-    from pretrain_data.demo_report import held_out_example
+    from pretrain_data.inspection import held_out_example
     from pretrain_data.input_pipeline import pretraining_dataset_fns
 
     model_dir = data_dir / "models" / "tiny"

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     from finetune.config import FinetuningConfig
-    from finetune.data import load_task_data, make_tokenizer
+    from finetune.task_data import load_task_data, make_tokenizer
 
     with tempfile.TemporaryDirectory() as scratch:
         hparams = dict(task_names=[args.task], model_size=args.model_size, raw_data_dir=args.glue_dir,

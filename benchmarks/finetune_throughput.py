@@ -66,7 +66,7 @@ BUCKET_ROWS = 50  # rows read = batch x this many batches at least (finetune.inp
 def finetuning_setup(task: str, model_size: str, batch: int, rows: int, scratch: str):
     """(FinetuningConfig, TaskData) of the paper's recipe on `rows` training rows, random weights."""
     from finetune.config import FinetuningConfig
-    from finetune.data import load_task_data, make_tokenizer
+    from finetune.task_data import load_task_data, make_tokenizer
     hparams = dict(task_names=[task], model_size=model_size, recipe="paper", random_init=True, do_eval=False,
                    vocab_file=str(SHARED / "vocab" / "vocab.txt"), train_batch_size=batch, max_examples=rows,
                    raw_data_dir=str(SHARED / "glue"))

@@ -38,7 +38,7 @@ from electra_tf.training.interruption import Interruption
 from electra_tf.training.train_step import make_train_step
 from finetune import scorers
 from finetune.config import FinetuningConfig
-from finetune.data import EvalSplit, TaskData, load_task_data, make_tokenizer
+from finetune.task_data import EvalSplit, TaskData, load_task_data, make_tokenizer
 from finetune.glue import GlueTask
 from finetune.inputs import eval_batches, pad_batch, steps_per_epoch, train_batches
 from finetune.model import FinetuningModel

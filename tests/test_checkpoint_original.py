@@ -115,7 +115,7 @@ def test_pretraining_continues_from_an_import(imported, pretraining_data_dir, ca
     code = run_pretraining.main(["--data-dir", str(pretraining_data_dir), "--model-name", "in_place",
                                  "--hparams", json.dumps(hparams)])
     out = capsys.readouterr().out
-    assert code == 0 and f"resuming from" in out and f"ckpt-{STEP}" in out
+    assert code == 0 and "resuming from" in out and f"ckpt-{STEP}" in out
     assert re.findall(r"^step (\d+)/", out, flags=re.M) == [str(STEP + 1), str(STEP + 2)]
     resumed = tf.train.latest_checkpoint(str(pretraining_data_dir / "models" / "in_place"))
     assert resumed.endswith(f"ckpt-{STEP + 2}")

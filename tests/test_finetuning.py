@@ -20,7 +20,7 @@ from electra_tf.errors import InputError
 from electra_tf.pretraining import PretrainingModel
 from finetune import glue
 from finetune.config import FinetuningConfig
-from finetune.data import load_task_data, make_tokenizer
+from finetune.task_data import load_task_data, make_tokenizer
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
 from finetune.runner import Trial

@@ -13,7 +13,7 @@ import tf_keras
 from electra_tf import cpu_kernels
 from electra_tf.training.distribution import precision_scope
 from finetune.chunking import TaggingHead
-from finetune.data import load_task_data, make_tokenizer
+from finetune.task_data import load_task_data, make_tokenizer
 from finetune.inputs import pad_batch, train_batches
 from finetune.qa_head import QAHead
 from finetune.runner import FINETUNED, Trial

@@ -2,7 +2,6 @@
 
 import collections
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -15,7 +15,7 @@ import tensorflow as tf
 import convert_checkpoint
 import run_finetuning
 from finetune import glue
-from finetune.data import make_tokenizer
+from finetune.task_data import make_tokenizer
 from finetune.inputs import featurize, pad_batch
 from finetune.model import FinetuningModel
 from finetune.runner import FINETUNED

@@ -1,4 +1,4 @@
-"""Human-readable views of built pretraining data: statistics, a decoded example, a held-out one."""
+"""Human-readable views of built pretraining data, for the demo: statistics, decoded examples."""
 
 from pathlib import Path
 
