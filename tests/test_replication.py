@@ -210,9 +210,10 @@ def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
     assert "run.pid is damaged" in entered.stderr
 
 
-def _segments(run: str, count: int):
+def _segments(run: str, count: int, root: Path):
     return [Unit(f"s1/{run}/pretrain/{10 * k}", "pretrain",
-                 {"run": run, "step": 10 * k, "from_step": 10 * (k - 1), "flops_per_step": 1.0})
+                 {"run": run, "step": 10 * k, "from_step": 10 * (k - 1), "flops_per_step": 1.0,
+                  "hparams": {"model_dir": str(root / "models" / run)}})
             for k in range(1, count + 1)]
 
 
@@ -220,11 +221,11 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     """--max-units N: each pretraining segment is a unit; a run's segments go to one worker together
     (it trains the run to its end), so N below their number is one clear error (exit 2), not a run
     that makes no progress. Planning and the worker are replaced: this checks the runner's loop only."""
-    units = [Unit("s1/data/vocab", "vocab", {}), *_segments("pilot_a", 3), Unit("s1/pilot_a/eval/10", "eval", {}),
+    units = [Unit("s1/data/vocab", "vocab", {}), *_segments("pilot_a", 3, tmp_path), Unit("s1/pilot_a/eval/10", "eval", {}),
              Unit("s1/pilot_a/eval/20", "eval", {})]
     assert [u.id for u in runner._batch(units, 3)] == ["s1/data/vocab"]  # the run's 3 segments do not fit
     assert runner._batch(units[1:], 2) == [] and runner._batch(units[1:], 4) == units[1:5]
-    long_run = _segments("long", runner.BATCH_UNITS + 5)
+    long_run = _segments("long", runner.BATCH_UNITS + 5, tmp_path)
     assert runner._batch(long_run + units[:1]) == long_run  # whole, though longer than a batch
 
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)

@@ -39,6 +39,19 @@ def machine_seconds() -> float:
     return (times.user + times.system + times.children_user + times.children_system) / CORES
 
 
+class Clock:
+    """Wall and machine seconds since it was started or last restarted: what a unit's time is."""
+
+    def __init__(self):
+        self.restart()
+
+    def restart(self) -> None:
+        self.wall, self.machine = time.monotonic(), machine_seconds()
+
+    def elapsed(self) -> dict:
+        return {"seconds": time.monotonic() - self.wall, "machine_seconds": machine_seconds() - self.machine}
+
+
 class Tee(io.TextIOBase):
     """Writes to stdout and notes, for each progress line, its step and the machine seconds so far."""
 
@@ -145,12 +158,11 @@ def _recording_time(store: Store, unit_id: str):
     """Keeps the unit's unrecorded-time record current (every WATCH_SECONDS) while the block runs,
     so a worker stopped mid-unit leaves its time behind; yields the worker's name for the unit file
     and clears the record once the block has completed (the unit file then holds the time)."""
-    worker, start, machine = _worker_name(), time.monotonic(), machine_seconds()
+    worker, clock = _worker_name(), Clock()
     stop = threading.Event()
 
     def note():
-        store.write_unrecorded(unit_id, worker, {"seconds": time.monotonic() - start,
-                                                 "machine_seconds": machine_seconds() - machine})
+        store.write_unrecorded(unit_id, worker, clock.elapsed())
 
     def watch():
         while not stop.wait(WATCH_SECONDS):
@@ -181,7 +193,7 @@ def do_pretrain(units: list, store: Store) -> None:
         if resumed > step and not _checkpoint_written(model_dir, step):
             raise RuntimeError(f"{unit['id']}: {model_dir} is past step {step} and its checkpoint is gone; "
                                f"delete {model_dir} to pretrain this run again")
-    state = {"start": time.monotonic(), "machine": machine_seconds(), "from": resumed}
+    clock, state = Clock(), {"from": resumed}  # the time and first step of the segment being trained
     worker = _worker_name()
     tee = Tee()
     _mark("start", pending[0]["id"])
@@ -191,23 +203,23 @@ def do_pretrain(units: list, store: Store) -> None:
             unit = pending.pop(0)
             params, step = unit["params"], unit["params"]["step"]
             _copy_probe(model_dir, step, Path(params["probe"]))
-            seconds, machine = time.monotonic() - state["start"], machine_seconds() - state["machine"]
+            spent = clock.elapsed()
+            seconds, machine = spent["seconds"], spent["machine_seconds"]
             steps = step - max(state["from"], params["from_step"])
             tokens = steps * params["tokens_per_step"]
             store.write(unit["id"], {
-                "step": step, "seconds": seconds, "machine_seconds": machine, "steps_timed": steps,
+                **spent, "step": step, "steps_timed": steps,
                 "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
                 "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
                 "flops": step * params["flops_per_step"], "worker": worker})
             store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
-            state.update(start=time.monotonic(), machine=machine_seconds(), **{"from": step})
+            clock.restart()
+            state["from"] = step
             if pending:
                 _mark("start", pending[0]["id"])
         if pending:  # this worker's time on the segment so far, kept should it be stopped before the end
-            store.write_unrecorded(pending[0]["id"], worker, {
-                "from_step": state["from"], "seconds": time.monotonic() - state["start"],
-                "machine_seconds": machine_seconds() - state["machine"]})
+            store.write_unrecorded(pending[0]["id"], worker, {"from_step": state["from"], **clock.elapsed()})
 
     stop = threading.Event()
 
@@ -295,13 +307,12 @@ def main(spec_path: str) -> int:
             index += len(group)
             continue
         _mark("start", unit["id"])
-        start, machine = time.monotonic(), machine_seconds()
+        clock = Clock()
         with _recording_time(store, unit["id"]) as worker:
             result = HANDLERS[unit["kind"]](unit["params"], output_dir)
-            seconds = time.monotonic() - start
-            store.write(unit["id"], {**result, "seconds": seconds, "machine_seconds": machine_seconds() - machine,
-                                     "worker": worker})
-        _mark("end", unit["id"], seconds)
+            spent = clock.elapsed()
+            store.write(unit["id"], {**result, **spent, "worker": worker})
+        _mark("end", unit["id"], spent["seconds"])
         index += 1
     return 0
 
