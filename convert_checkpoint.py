@@ -6,7 +6,7 @@ SavedModel (docs/checkpoints.md).
     python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT
     python convert_checkpoint.py from-hf       --hf-dir DIR --output-dir D/models/M
     python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT
-    python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1 \
+    python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1
                                                [--task mrpc] --output-dir OUT [--precision mixed_bfloat16]
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
