@@ -1,7 +1,7 @@
 """Does ELECTRA beat MLM at equal pretraining compute on this machine? (issue #17)
 
     python benchmarks/replicate_paper.py --output-dir /work/replication [--stage S] [--quick]
-        [--status] [--report] [--max-units N]
+        [--status] [--report] [--max-units N] [--clock {machine,wall}]
 
 Stage 1 finds a regime where BERT-MLM pretraining beats random init (go/no-go), stage 2
 pretrains electra and bert with the same FLOPs and fine-tunes them on five GLUE dev sets, stage 3
@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-units", type=int, default=None,
                         help="stop after this many units; each pretraining segment is a unit, but a run's pending "
                              "segments are never split (N below their number is refused)")
+    parser.add_argument("--clock", choices=("machine", "wall"), default=None,
+                        help="what budgets count: machine (default; CPU time over the cores, so a shared CPU "
+                             "machine does not shrink them) or wall (a dedicated machine, e.g. one GPU); fixed by "
+                             "a replication's first run")
     parser.add_argument("--shared-data", default=None,
                         help="the shared data dir (default: shared/data beside the checkout or its parent)")
     return parser
@@ -48,7 +52,7 @@ def main(argv=None) -> int:
         print(f"error: --max-units {args.max_units} must be at least 1", file=sys.stderr)
         return 2
     from paper_replication.report import write_report
-    from paper_replication.runner import execute, find_shared_data, status
+    from paper_replication.runner import execute, find_shared_data, settle_clock, status
     from paper_replication.settings import QUICK, REAL
     from paper_replication.units import Context
     shared = Path(args.shared_data) if args.shared_data else find_shared_data(REPO)
@@ -60,6 +64,10 @@ def main(argv=None) -> int:
     results = Path(args.results_dir) if args.results_dir else (
         output / "results" if args.quick else REPO / "benchmarks" / "replication")
     ctx = Context(QUICK if args.quick else REAL, output, results.resolve(), REPO, shared.resolve())
+    refused = settle_clock(ctx, args.clock, freeze=not (args.status or args.report))
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
     if args.status:
         print(status(ctx, args.stage))
         return 0

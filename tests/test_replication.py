@@ -315,3 +315,93 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
         assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
     exported = out / "results" / "hf" / "electra"
     assert json.loads((exported / "config.json").read_text())["dtype"] == "float16"
+
+
+def _fake_result(unit: Unit, checkpoint: int) -> dict:
+    """A plausible result of a pilot (c) unit; its SST-2 / MRPC scores rise with the checkpoint
+    (0, 1, 2) but stay below random init on SST-2, so the pilot does not transfer."""
+    params, time_spent = unit.params, {"seconds": 60.0, "machine_seconds": 50.0}
+    if unit.kind == "pretrain":
+        steps = params["step"] - params["from_step"]
+        return {**time_spent, "step": params["step"], "flops": params["step"] * params["flops_per_step"],
+                "steps_timed": steps, "tokens_per_machine_second": steps * params["tokens_per_step"] / 50.0}
+    if unit.kind == "eval":
+        return {**time_spent, "step": params["step"], "flops": params["flops"],
+                "metrics": {"masked_lm_accuracy": 0.2 + 0.01 * checkpoint, "masked_lm_loss": 5.5, "loss": 5.5}}
+    value = (73.0 if params["task"] == "sst" else 70.0) + 0.5 * checkpoint
+    scores = {"accuracy": value} if params["task"] == "sst" else {"accuracy": value, "f1": value}
+    return {**time_spent, "task": params["task"], "seed": params["seed"], "scores": {params["task"]: scores}}
+
+
+def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, shared_data, monkeypatch, capsys):
+    """The committed results of pilots (a) and (b), and a pilot (c) that does not transfer (fake
+    results): stage 1 is complete without a regime, stage 2 is never planned, the run stops with
+    the reason, and the report carries the extrapolation (FLOPs, hours here and on one GPU)."""
+    import shutil
+    from paper_replication.report import write_report
+    from paper_replication.settings import REAL
+    from paper_replication.stages import plan_all, plan_stage1
+    committed = REPO / "benchmarks" / "replication"
+    results = tmp_path / "results"
+    shutil.copytree(committed / "vocab", results / "vocab")
+    for path in (committed / "units" / "s1").iterdir():
+        if path.name != "pilot_c":  # pilot (c) gets the fake results below, whatever its real outcome
+            shutil.copytree(path, results / "units" / "s1" / path.name)
+    ctx = Context(REAL, tmp_path / "out", results, REPO, shared_data)
+    for _ in range(10):
+        plan = plan_stage1(ctx)
+        if plan.complete:
+            break
+        run = plan.runs[-1]
+        assert run.name == "pilot_c"
+        for unit in plan.units:
+            if unit.id.startswith("s1/pilot_c/") and ctx.result(unit.id) is None:
+                checkpoint = run.probe_steps.index(int(unit.id.split("/")[3]))
+                ctx.store.write(unit.id, _fake_result(unit, checkpoint))
+    plans = plan_all(ctx)
+    assert len(plans) == 1 and plans[0].complete and plans[0].regime is None
+    assert any(note.startswith("pilot c: gains sst -1.") and note.endswith("stages 2 and 3 are not run")
+               for note in plans[0].notes), plans[0].notes
+
+    monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+    monkeypatch.setattr(runner, "run_worker", lambda *args: pytest.fail("no unit may run"))
+    assert runner.execute(ctx, 3, write_report) == 0
+    assert "stopped after stage 1: " in capsys.readouterr().out
+    stage = json.loads((results / "results.json").read_text())["stages"][0]
+    (line,) = [line for line in stage["extrapolation"] if line.startswith("pilot_c:")]
+    assert "points per 10x FLOPs; the 1-point margin at ~" in line and " h on one GPU at an assumed" in line
+    table = (results / "table.md").read_text()
+    assert line in table and "| pilot_c | learned | 0.001 | 9936 |" in table
+
+
+def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch):
+    """--clock wall (a dedicated GPU machine) makes workers count wall seconds; a replication keeps
+    its first run's clock, results from before the choice existed count machine seconds, and asking
+    for the other clock later is refused with a message naming the record."""
+    from paper_replication import worker
+
+    def context(name):
+        return Context(QUICK, tmp_path / name / "out", tmp_path / name / "results", tmp_path, tmp_path)
+
+    fresh = context("fresh")
+    assert runner.settle_clock(fresh, None, freeze=False) is None and fresh.clock == "machine"
+    assert fresh.result("clock") is None  # --status / --report record nothing
+    assert runner.settle_clock(fresh, "wall", freeze=True) is None and fresh.clock == "wall"
+    assert fresh.result("clock") == {"clock": "wall"}
+    again = context("fresh")
+    assert runner.settle_clock(again, None, freeze=True) is None and again.clock == "wall"
+    refused = runner.settle_clock(again, "machine", freeze=True)
+    assert refused.startswith("error: this replication counts wall seconds") and "clock.json" in refused
+
+    older = context("older")  # results written before --clock existed
+    older.store.write("s1/data/vocab_learned", {"seconds": 1.0})
+    assert "counts machine seconds" in runner.settle_clock(older, "wall", freeze=True)
+    assert runner.settle_clock(older, None, freeze=True) is None and older.result("clock") == {"clock": "machine"}
+
+    monkeypatch.setattr(worker, "WALL_CLOCK", False)
+    monkeypatch.setattr(worker, "use_pooled_cpu_allocator", lambda: None)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"output_dir": str(tmp_path / "w"), "results_dir": str(tmp_path / "r"),
+                                "clock": "wall", "units": []}))
+    assert worker.main(str(spec)) == 0 and worker.WALL_CLOCK
+    assert abs(worker.machine_seconds() - time.monotonic()) < 1.0

@@ -81,12 +81,17 @@ def extrapolation(stage: dict, margin: float) -> List[str]:
                          "no extrapolation")
             continue
         needed = 10 ** ((margin - intercept) / slope)
-        here = f", {needed / statistics.median(rate) / 3600:.0f} h on this machine" if rate else ""
+        here = f"{_hours(needed / statistics.median(rate))} on this machine, " if rate else ""
         lines.append(f"{run['name']}: gain {slope:+.2f} points per 10x FLOPs; the {margin:g}-point margin at "
-                     f"~{needed:.2e} FLOPs{here}, ~{needed / GPU_FLOPS_PER_SECOND / 3600:.1f} h on one GPU "
-                     f"(assumed {GPU_FLOPS_PER_SECOND:.0e} FLOP/s); the same command runs there, its hours "
-                     "turned into steps by the GPU's measured speed")
+                     f"~{needed:.2e} pretraining FLOPs from step 0 ({here}~{_hours(needed / GPU_FLOPS_PER_SECOND)} "
+                     f"on one GPU at an assumed {GPU_FLOPS_PER_SECOND:.0e} FLOP/s, where `replicate_paper.py "
+                     "--clock wall` makes every budget count the GPU's hours)")
     return lines
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours < 10 else f"{hours:,.0f} h"
 
 
 def _line(points):

@@ -23,6 +23,30 @@ from paper_replication.units import GLUE_FOLDERS, Context, Unit
 BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
 
 
+CLOCKS = ("machine", "wall")
+
+
+def settle_clock(ctx: Context, requested: Optional[str], freeze: bool) -> Optional[str]:
+    """Sets ctx.clock: what budgets count (machine seconds, or wall seconds on a dedicated machine
+    such as one with a GPU). A replication keeps the clock of its first run (`units/clock.json`;
+    results from before the choice existed were machine seconds), since mixing the two would
+    skew every budget; another one requested is an error (the message is returned)."""
+    recorded = ctx.result("clock")
+    if recorded is not None:
+        clock = recorded.get("clock")
+    elif any(any((root / "units").rglob("*.json")) for root in (ctx.output_dir, ctx.results_dir)):
+        clock = "machine"
+    else:
+        clock = requested or "machine"
+    if requested is not None and requested != clock:
+        return (f"error: this replication counts {clock} seconds ({ctx.results_dir / 'units' / 'clock.json'} or "
+                f"its first results); --clock {requested} would mix the two: use another --output-dir and --results-dir")
+    if freeze and recorded is None:
+        ctx.store.write("clock", {"clock": clock})
+    ctx.clock = clock
+    return None
+
+
 def prepare_glue(ctx: Context) -> None:
     """<output>/glue: the GLUE folders linked, SST-2's train set replaced by its fixed subsample."""
     for task, folder in GLUE_FOLDERS.items():
@@ -116,7 +140,7 @@ class Stage:
 def run_worker(ctx: Context, stage: Stage, units: List[Unit]) -> None:
     """Runs `units` in one worker subprocess, relaying its markers as progress lines."""
     spec = ctx.output_dir / "specs" / f"stage{stage.number}.json"
-    write_json(spec, {"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir),
+    write_json(spec, {"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir), "clock": ctx.clock,
                       "units": [{"id": u.id, "kind": u.kind, "params": u.params} for u in units]})
     log = ctx.output_dir / "logs" / f"stage{stage.number}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,7 @@ class Context:
         self.output_dir, self.results_dir = Path(output_dir), Path(results_dir)
         self.repo, self.shared_data = Path(repo), Path(shared_data)
         self.store = Store(self.output_dir, self.results_dir)
+        self.clock = "machine"  # what "machine seconds" count (runner.settle_clock)
 
     def result(self, unit_id: str) -> Optional[dict]:
         return self.store.read(unit_id)
