@@ -22,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="raw text files and/or directories (required unless --corpus-dir)")
     parser.add_argument("--output", required=True, help="vocab file to write, one token per line")
     parser.add_argument("--vocab-size", type=int, default=30522,
-                        help="maximum number of tokens, reserved ones included (usually within 5%% below; fewer on a small corpus)")
+                        help="maximum number of tokens, reserved ones included (usually within 5%% below; "
+                             "fewer on a small corpus)")
     parser.add_argument("--input-format", choices=("lines", "wikiextractor"), default="lines",
                         help="lines: plain text; wikiextractor: <doc> ... </doc> articles")
     add_casing_flags(parser)  # as the tokenizer that will use the vocab

@@ -12,6 +12,8 @@ and never redoes a finished unit. Keep `--output-dir` outside the checkout (e.g.
 /work/replication): it holds the data, checkpoints and logs, which the work tree must not.
 Start the long run niced; `<output-dir>/run.pid` names its process group, so
 `kill -STOP -<pgid>` pauses it (and its worker) and `kill -CONT -<pgid>` resumes it.
+Hours (budgets, the cap) are machine hours: CPU time over the cores. On a dedicated machine with
+a GPU, `--clock wall` makes them wall hours, in a replication of its own.
 """
 
 import argparse
@@ -19,11 +21,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(REPO))  # this checkout's packages (paper_replication sits beside this script)
+sys.path[1:1] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages and paper_replication beside us
 
 
 def build_parser() -> argparse.ArgumentParser:
     from electra_tf.cli import script_parser
+    from paper_replication.runner import CLOCKS
     parser = script_parser(__doc__, "nice -n 19 .venv/bin/python benchmarks/replicate_paper.py "
                                     "--output-dir /work/replication --status")
     parser.add_argument("--output-dir", required=True, help="data, checkpoints, logs (outside the checkout)")
@@ -37,10 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-units", type=int, default=None,
                         help="stop after this many units; each pretraining segment is a unit, but a run's pending "
                              "segments are never split (N below their number is refused)")
-    parser.add_argument("--clock", choices=("machine", "wall"), default=None,
-                        help="what budgets count: machine (default; CPU time over the cores, so a shared CPU "
-                             "machine does not shrink them) or wall (a dedicated machine, e.g. one GPU); fixed by "
-                             "a replication's first run")
+    parser.add_argument("--clock", choices=CLOCKS, default=None,
+                        help="what budgets count: machine (CPU time over the cores, so a shared CPU machine does "
+                             "not shrink them) or wall (a dedicated machine, e.g. one GPU, where CPU time says "
+                             "little) (default: the replication's own, fixed by its first run; machine for a new one)")
     parser.add_argument("--shared-data", default=None,
                         help="the shared data dir (default: shared/data beside the checkout or its parent)")
     return parser
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
     results = Path(args.results_dir) if args.results_dir else (
         output / "results" if args.quick else REPO / "benchmarks" / "replication")
     ctx = Context(QUICK if args.quick else REAL, output, results.resolve(), REPO, shared.resolve())
-    refused = settle_clock(ctx, args.clock, freeze=not (args.status or args.report))
+    refused = settle_clock(ctx, args.clock)
     if refused:
         print(refused, file=sys.stderr)
         return 2

@@ -1,15 +1,22 @@
 """benchmarks/replicate_paper.py: the paper's FLOPs accounting, the pre-registered decision rule,
-and `--quick` end to end: the pipeline, resumption (a rerun redoes no finished unit), `--status`
-and the format of results.json / table.md (never the numbers, which mean nothing at that size)."""
+budgets, run locking, the clock a replication keeps, stage 1's stop without a regime (with the
+committed pilots), and `--quick` end to end: the pipeline, resumption (a rerun redoes no finished
+unit), `--status` and the format of results.json / table.md (never the numbers, which mean
+nothing at that size). The workers' time records: test_replication_worker.py."""
 
 import contextlib
 import json
+import math
 import os
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,118 +61,6 @@ def test_runs_pin_masking_without_replacement(tmp_path):
     hparams = run_hparams(ctx, run)
     config = PretrainingConfig.from_hparams("pilot_a", str(tmp_path / "model"), {**hparams, "vocab_size": 100})
     assert hparams["mask_with_replacement"] is False and config.mask_with_replacement is False
-
-
-def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
-    """A pretraining worker stopped mid-segment (a session ends) leaves its spent time behind; the
-    worker that finishes the segment records only its own share in the unit file, and the stage's
-    time (what budgets and totals use) adds both. Training is replaced by a fake that writes the
-    checkpoint files TensorFlow would; the clock is a fake that only the fake training advances."""
-    from paper_replication import worker
-    from paper_replication.store import Store
-    clock = {"now": 100.0}
-    monkeypatch.setattr(worker, "_mark", lambda *args: None)
-    monkeypatch.setattr(worker, "machine_seconds", lambda: clock["now"])
-    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
-    model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
-    units = [{"id": f"s1/run/pretrain/{step}", "params": {
-        "run": "run", "hparams": {"model_dir": str(model_dir)}, "step": step, "from_step": step - 10,
-        "probe": str(tmp_path / "probes" / f"ckpt-{step}"), "flops_per_step": 1.0, "tokens_per_step": 4}}
-        for step in (10, 20)]
-
-    def checkpoint(step):
-        for name in (f"ckpt-{step}.index", f"ckpt-{step}.data-00000-of-00001", "config.json", "vocab.txt"):
-            (model_dir / name).write_text("x")
-        (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{step}"\n')
-
-    def train(seconds, until_recorded=None):
-        clock["now"] += seconds
-        for _ in range(500):  # until the watcher has noted the time (at most 5 s)
-            records = store.unrecorded(until_recorded) if until_recorded else []
-            if not until_recorded or (records and records[0]["machine_seconds"] == seconds):
-                return
-            time.sleep(0.01)
-        raise AssertionError("the watcher never recorded the worker's time")
-
-    def stopped_after_step_15(hparams, stream):
-        train(7.0)
-        checkpoint(10)
-        time.sleep(0.1)  # the watcher records segment 10
-        train(3.0, until_recorded="s1/run/pretrain/20")  # steps 10-15 ...
-        raise KeyboardInterrupt  # ... then the session ends before ckpt-20
-
-    model_dir.mkdir()
-    monkeypatch.setattr(worker, "_pretraining", stopped_after_step_15)
-    with pytest.raises(KeyboardInterrupt):
-        worker.do_pretrain(units, store)
-    first = store.read("s1/run/pretrain/10")
-    assert (first["steps_timed"], first["machine_seconds"]) == (10, 7.0) and store.read("s1/run/pretrain/20") is None
-    for root in ("out", "results"):  # both copies hold the stopped worker's record
-        (path,) = (tmp_path / root / "units" / "s1" / "run" / "pretrain" / "20.unrecorded").iterdir()
-        assert json.loads(path.read_text())["machine_seconds"] == 3.0
-    (left,) = store.unrecorded("s1/run/pretrain/20")  # the two copies, counted once
-    assert (left["from_step"], left["machine_seconds"]) == (10, 3.0)
-    assert not (tmp_path / "out" / "units" / "s1" / "run" / "pretrain" / "10.unrecorded").exists()  # cleared
-
-    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: (train(5.0), checkpoint(20)))
-    worker.do_pretrain(units[1:], store)
-    finished = store.read("s1/run/pretrain/20")
-    assert (finished["steps_timed"], finished["machine_seconds"]) == (10, 5.0)
-    assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
-    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    assert ctx.spent([Unit(u["id"], "pretrain", u["params"]) for u in units]) == 7.0 + 5.0 + 3.0
-    # A record of the worker that its unit file names (committed while it ran) is not counted again.
-    store.write_unrecorded("s1/run/pretrain/20", finished["worker"], {"machine_seconds": 4.0, "seconds": 4.0})
-    assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
-
-
-def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):
-    """The same for any other unit (a fine-tuning trial, an evaluation): a worker stopped while it
-    runs one leaves the time spent; the rerun's unit file holds its own share; both count."""
-    from paper_replication import worker
-    clock = {"now": 50.0}
-    monkeypatch.setattr(worker, "machine_seconds", lambda: clock["now"])
-    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
-    monkeypatch.setattr(worker, "use_pooled_cpu_allocator", lambda: None)
-    monkeypatch.setattr(worker, "_mark", lambda *args: None)
-    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir),
-                                "units": [{"id": "s1/data/vocab_learned", "kind": "vocab", "params": {}}]}))
-
-    def stopped(params, output_dir):
-        clock["now"] += 4.0
-        for _ in range(500):  # until the watcher has noted the time (at most 5 s)
-            if [r["machine_seconds"] for r in ctx.store.unrecorded("s1/data/vocab_learned")] == [4.0]:
-                raise KeyboardInterrupt  # the session ends
-            time.sleep(0.01)
-        raise AssertionError("the watcher never recorded the unit's time")
-
-    monkeypatch.setitem(worker.HANDLERS, "vocab", stopped)
-    with pytest.raises(KeyboardInterrupt):
-        worker.main(str(spec))
-    assert ctx.result("s1/data/vocab_learned") is None
-    monkeypatch.setitem(worker.HANDLERS, "vocab", lambda params, output_dir: clock.update(now=clock["now"] + 1.5) or {})
-    assert worker.main(str(spec)) == 0
-    assert ctx.result("s1/data/vocab_learned")["machine_seconds"] == 1.5
-    assert ctx.spent([Unit("s1/data/vocab_learned", "vocab", {})]) == 1.5 + 4.0
-
-
-def test_eta_counts_only_steps_after_the_newest_checkpoint(tmp_path):
-    """A segment resumed from a checkpoint is estimated from that step on: the steps already
-    checkpointed are not trained again, so they are not in the ETA either."""
-    from paper_replication.eta import Estimator
-    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    model_dir = tmp_path / "model"
-    unit = Unit("s1/run/pretrain/100", "pretrain", {"run": "run", "hparams": {"model_dir": str(model_dir)},
-                                                    "step": 100, "from_step": 0, "flops_per_step": 3e10})
-    estimator = Estimator(ctx, [unit])
-    assert estimator.seconds(unit) == 100.0  # no checkpoint yet: the prior rate, 1 s a step
-    model_dir.mkdir()
-    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n')
-    assert estimator.seconds(unit) == 60.0
-    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-140"\n')  # a later segment's
-    assert estimator.seconds(unit) == 0.0
 
 
 def test_a_budget_is_computed_once(tmp_path):
@@ -221,8 +116,8 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     """--max-units N: each pretraining segment is a unit; a run's segments go to one worker together
     (it trains the run to its end), so N below their number is one clear error (exit 2), not a run
     that makes no progress. Planning and the worker are replaced: this checks the runner's loop only."""
-    units = [Unit("s1/data/vocab", "vocab", {}), *_segments("pilot_a", 3, tmp_path), Unit("s1/pilot_a/eval/10", "eval", {}),
-             Unit("s1/pilot_a/eval/20", "eval", {})]
+    units = [Unit("s1/data/vocab", "vocab", {}), *_segments("pilot_a", 3, tmp_path),
+             Unit("s1/pilot_a/eval/10", "eval", {}), Unit("s1/pilot_a/eval/20", "eval", {})]
     assert [u.id for u in runner._batch(units, 3)] == ["s1/data/vocab"]  # the run's 3 segments do not fit
     assert runner._batch(units[1:], 2) == [] and runner._batch(units[1:], 4) == units[1:5]
     long_run = _segments("long", runner.BATCH_UNITS + 5, tmp_path)
@@ -337,7 +232,6 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     """The committed results of pilots (a) and (b), and a pilot (c) that does not transfer (fake
     results): stage 1 is complete without a regime, stage 2 is never planned, the run stops with
     the reason, and the report carries the extrapolation (FLOPs, hours here and on one GPU)."""
-    import shutil
     from paper_replication.report import write_report
     from paper_replication.settings import REAL
     from paper_replication.stages import plan_all, plan_stage1
@@ -369,39 +263,66 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     assert "stopped after stage 1: " in capsys.readouterr().out
     stage = json.loads((results / "results.json").read_text())["stages"][0]
     (line,) = [line for line in stage["extrapolation"] if line.startswith("pilot_c:")]
-    assert "points per 10x FLOPs; the 1-point margin at ~" in line and " h on one GPU at an assumed" in line
+    from paper_replication.report import GPU_FLOPS_PER_SECOND, _hours
+    flops = float(re.search(r"margin at ~(\S+) pretraining FLOPs from step 0 \(~\S+ (h|min) on this machine, ", line)[1])
+    assert f"~{_hours(flops / GPU_FLOPS_PER_SECOND)} on one GPU at an assumed 5e+12 FLOP/s" in line
+    random = {task: stage["random_init"]["learned"]["tasks"][task]["median"] for task in ("sst", "mrpc")}
+    gains = [statistics.fmean([73.0 + 0.5 * k - random["sst"], 70.0 + 0.5 * k - random["mrpc"]]) for k in range(3)]
+    fit = numpy.polyfit([math.log10(p["flops"]) for p in stage["runs"][2]["checkpoints"]], gains, 1)
+    assert line.startswith(f"pilot_c: gain {fit[0]:+.2f} points per 10x FLOPs")
+    assert math.log10(flops) == pytest.approx((1.0 - fit[1]) / fit[0], abs=0.01)
     table = (results / "table.md").read_text()
     assert line in table and "| pilot_c | learned | 0.001 | 9936 |" in table
 
 
-def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch):
-    """--clock wall (a dedicated GPU machine) makes workers count wall seconds; a replication keeps
-    its first run's clock, results from before the choice existed count machine seconds, and asking
-    for the other clock later is refused with a message naming the record."""
+def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, capsys, shared_data):
+    """--clock wall (a dedicated GPU machine) makes workers count wall seconds. A replication keeps
+    its first run's clock (recorded when a run starts, never by --status), results from before the
+    choice existed count machine seconds, and another clock or a damaged record is refused."""
     from paper_replication import worker
+    out, results = tmp_path / "out", tmp_path / "results"
+    cli = ["--output-dir", str(out), "--results-dir", str(results), "--shared-data", str(shared_data)]
+    assert replicate_paper.main(cli + ["--status", "--clock", "wall"]) == 0
+    assert "budgets count wall seconds" in capsys.readouterr().out
+    assert not (results / "units" / "clock.json").exists()  # --status records nothing
 
-    def context(name):
-        return Context(QUICK, tmp_path / name / "out", tmp_path / name / "results", tmp_path, tmp_path)
+    ctx = Context(QUICK, out, results, tmp_path, tmp_path)
+    assert runner.settle_clock(ctx, "wall") is None and ctx.clock == "wall"
+    monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+    monkeypatch.setattr(runner, "plan_all", lambda ctx, last: [StagePlan([], complete=True)])
+    assert runner.execute(ctx, 1, lambda ctx: None) == 0
+    assert [json.loads((root / "units" / "clock.json").read_text()) for root in (out, results)] == [{"clock": "wall"}] * 2
+    again = Context(QUICK, out, results, tmp_path, tmp_path)
+    assert runner.settle_clock(again, None) is None and again.clock == "wall"
+    assert replicate_paper.main(cli + ["--status", "--clock", "machine"]) == 2
+    assert "error: this replication counts wall seconds" in capsys.readouterr().err
 
-    fresh = context("fresh")
-    assert runner.settle_clock(fresh, None, freeze=False) is None and fresh.clock == "machine"
-    assert fresh.result("clock") is None  # --status / --report record nothing
-    assert runner.settle_clock(fresh, "wall", freeze=True) is None and fresh.clock == "wall"
-    assert fresh.result("clock") == {"clock": "wall"}
-    again = context("fresh")
-    assert runner.settle_clock(again, None, freeze=True) is None and again.clock == "wall"
-    refused = runner.settle_clock(again, "machine", freeze=True)
-    assert refused.startswith("error: this replication counts wall seconds") and "clock.json" in refused
+    def spec_clock(ctx):  # the clock a worker is started with
+        monkeypatch.setattr(runner.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError("stop")))
+        with pytest.raises(OSError):
+            runner.run_worker(ctx, runner.Stage(ctx, [StagePlan([], complete=True)], 1), [])
+        return json.loads((ctx.output_dir / "specs" / "stage1.json").read_text())["clock"]
 
-    older = context("older")  # results written before --clock existed
-    older.store.write("s1/data/vocab_learned", {"seconds": 1.0})
-    assert "counts machine seconds" in runner.settle_clock(older, "wall", freeze=True)
-    assert runner.settle_clock(older, None, freeze=True) is None and older.result("clock") == {"clock": "machine"}
+    assert spec_clock(again) == "wall"
+    for text in ('{"clock": "gpu"}', "{trunc"):  # invalid, then damaged (both copies)
+        for root in (out, results):
+            (root / "units" / "clock.json").write_text(text)
+        refused = runner.settle_clock(Context(QUICK, out, results, tmp_path, tmp_path), None)
+        assert refused.startswith("error: ") and "clock.json" in refused and ("'gpu'" in refused or "damaged" in refused)
 
-    monkeypatch.setattr(worker, "WALL_CLOCK", False)
+    older = Context(QUICK, tmp_path / "older", tmp_path / "older_results", tmp_path, tmp_path)
+    older.store.write("s1/data/vocab_learned", {"seconds": 1.0})  # written before --clock existed
+    assert "counts machine seconds" in runner.settle_clock(older, "wall")
+    assert runner.settle_clock(older, None) is None and older.clock == "machine" and spec_clock(older) == "machine"
+
+    monkeypatch.setattr(worker, "WALL_CLOCK", True)
     monkeypatch.setattr(worker, "use_pooled_cpu_allocator", lambda: None)
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"output_dir": str(tmp_path / "w"), "results_dir": str(tmp_path / "r"),
-                                "clock": "wall", "units": []}))
+    spec.write_text(json.dumps({"output_dir": str(tmp_path / "w"), "results_dir": str(tmp_path / "r"), "units": []}))
+    assert worker.main(str(spec)) == 0 and not worker.WALL_CLOCK  # the runner before --clock wrote no clock
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "clock": "wall"}))
     assert worker.main(str(spec)) == 0 and worker.WALL_CLOCK
-    assert abs(worker.machine_seconds() - time.monotonic()) < 1.0
+    stopwatch = worker.Stopwatch()
+    time.sleep(0.2)
+    spent = stopwatch.elapsed()
+    assert spent["seconds"] >= 0.2 and spent["machine_seconds"] == pytest.approx(spent["seconds"], abs=0.01)

@@ -1,7 +1,8 @@
 """Estimated seconds of pending units, from what finished units measured (priors until then).
 
-Pretraining segments: their steps not yet checkpointed x FLOPs per step / the FLOP rate measured by finished segments of
-the same run, else by any pretraining on this machine (segments and throughput runs), else a prior.
+Pretraining segments: their steps not yet checkpointed x FLOPs per step / the FLOP rate measured
+by finished segments of the same run, else by any pretraining on this machine (segments and
+throughput runs), else a prior.
 Fine-tuning trials: training examples seen x the measured seconds per example. Evaluations: the
 mean measured. Everything else: fixed priors (a few minutes at most).
 """

@@ -38,7 +38,7 @@ def _tasks_summary(ctx: Context, prefix: str, tasks) -> dict:
 def _segment_rate(segment: dict) -> Optional[float]:
     """FLOPs per machine second of the steps a segment's unit file timed (a stopped worker's time,
     counted in `machine_seconds`, would also charge steps trained twice)."""
-    if not (segment.get("steps_timed") and segment.get("machine_seconds")):
+    if not (segment.get("steps_timed", 0) > 0 and segment.get("machine_seconds")):
         return None
     return segment["flops"] / segment["step"] * segment["steps_timed"] / segment["machine_seconds"]
 
@@ -81,17 +81,18 @@ def extrapolation(stage: dict, margin: float) -> List[str]:
                          "no extrapolation")
             continue
         needed = 10 ** ((margin - intercept) / slope)
-        here = f"{_hours(needed / statistics.median(rate))} on this machine, " if rate else ""
+        here = f"~{_hours(needed / statistics.median(rate))} on this machine, " if rate else ""
         lines.append(f"{run['name']}: gain {slope:+.2f} points per 10x FLOPs; the {margin:g}-point margin at "
                      f"~{needed:.2e} pretraining FLOPs from step 0 ({here}~{_hours(needed / GPU_FLOPS_PER_SECOND)} "
-                     f"on one GPU at an assumed {GPU_FLOPS_PER_SECOND:.0e} FLOP/s, where `replicate_paper.py "
-                     "--clock wall` makes every budget count the GPU's hours)")
+                     f"on one GPU at an assumed {GPU_FLOPS_PER_SECOND:.0e} FLOP/s; there, `replicate_paper.py "
+                     "--clock wall` with its own --output-dir and --results-dir makes every budget count "
+                     "the GPU's hours)")
     return lines
 
 
 def _hours(seconds: float) -> str:
     hours = seconds / 3600
-    return f"{hours:.1f} h" if hours < 10 else f"{hours:,.0f} h"
+    return f"{hours:,.0f} h" if hours >= 10 else f"{hours:.1f} h" if hours >= 0.1 else f"{seconds / 60:.0f} min"
 
 
 def _line(points):

@@ -26,23 +26,31 @@ BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps
 CLOCKS = ("machine", "wall")
 
 
-def settle_clock(ctx: Context, requested: Optional[str], freeze: bool) -> Optional[str]:
+def _clock_files(ctx: Context) -> List[Path]:
+    return [root / "units" / "clock.json" for root in (ctx.output_dir, ctx.results_dir)]
+
+
+def settle_clock(ctx: Context, requested: Optional[str]) -> Optional[str]:
     """Sets ctx.clock: what budgets count (machine seconds, or wall seconds on a dedicated machine
-    such as one with a GPU). A replication keeps the clock of its first run (`units/clock.json`;
-    results from before the choice existed were machine seconds), since mixing the two would
-    skew every budget; another one requested is an error (the message is returned)."""
+    such as one with a GPU). A replication keeps the clock of its first run (`units/clock.json`,
+    written by `execute`; results from before the choice existed count machine seconds), since
+    mixing the two would skew every budget. Returns an error message instead when another clock is
+    requested or the record is damaged."""
+    files = _clock_files(ctx)
     recorded = ctx.result("clock")
+    if recorded is None and any(path.exists() for path in files):
+        return f"error: {' and '.join(str(p) for p in files if p.exists())}: damaged; restore it from git or delete it"
     if recorded is not None:
         clock = recorded.get("clock")
+        if clock not in CLOCKS:
+            return f"error: {files[1]}: clock {clock!r} is not one of {', '.join(CLOCKS)}"
     elif any(any((root / "units").rglob("*.json")) for root in (ctx.output_dir, ctx.results_dir)):
         clock = "machine"
     else:
         clock = requested or "machine"
     if requested is not None and requested != clock:
-        return (f"error: this replication counts {clock} seconds ({ctx.results_dir / 'units' / 'clock.json'} or "
-                f"its first results); --clock {requested} would mix the two: use another --output-dir and --results-dir")
-    if freeze and recorded is None:
-        ctx.store.write("clock", {"clock": clock})
+        return (f"error: this replication counts {clock} seconds ({files[1]} or its first results); --clock "
+                f"{requested} would mix the two: give it its own --output-dir and --results-dir")
     ctx.clock = clock
     return None
 
@@ -175,6 +183,9 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
     next pretraining run's pending segments, which cannot be split); `on_stage_done(ctx)` writes the report."""
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(ctx.output_dir):
+        for path in _clock_files(ctx):  # the replication's clock (settle_clock), from its first run on
+            if not path.exists():
+                write_json(path, {"clock": ctx.clock})
         prepare_glue(ctx)
         announced, reported, ran = set(), set(), 0
         while True:
@@ -221,7 +232,7 @@ def status(ctx: Context, last_stage: int = 3) -> str:
     """What is done, what remains and the ETA, per stage (plans only; nothing runs)."""
     plans = plan_all(ctx, last_stage)
     estimator = Estimator(ctx, [u for plan in plans for u in plan.units])
-    lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}"], 0.0
+    lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}; budgets count {ctx.clock} seconds"], 0.0
     for number, plan in enumerate(plans, 1):
         pending = ctx.pending(plan.units)
         pending_ids = {u.id for u in pending}
@@ -234,7 +245,7 @@ def status(ctx: Context, last_stage: int = 3) -> str:
         wall, machine = ctx.spent(plan.units, machine=False), ctx.spent(plan.units)
         lines.append(f"stage {number}: {len(plan.units) - len(pending)} done, {len(pending)} remaining"
                      f"{'' if plan.complete else ' (more once these finish)'}; time so far {duration(wall)} "
-                     f"({duration(machine)} machine time), ETA {duration(eta)}")
+                     f"({duration(machine)} {ctx.clock} time), ETA {duration(eta)}")
         lines.append("  " + ", ".join(f"{kind} {done}/{count}" for kind, (done, count) in kinds.items()))
         lines += [f"  {note}" for note in plan.notes]
     for number in range(len(plans) + 1, last_stage + 1):

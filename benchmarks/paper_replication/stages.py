@@ -170,8 +170,9 @@ def pilot_run(ctx: Context, pilot: Pilot, fractions) -> Run:
 def describe(ctx: Context, run: Run, hours: float) -> str:
     s = ctx.settings
     return (f"{run.name}: {run.objective}, {run.vocab} vocab ({ctx.vocab_size(run.vocab):,} tokens), "
-            f"lr {run.learning_rate:g}, {run.steps:,} steps of {s.batch} x {s.seq} (~{hours:g} machine hours), warm-up "
-            f"{int(round(s.warmup_fraction * run.steps))}, checkpoints at {', '.join(map(str, run.probe_steps))}")
+            f"lr {run.learning_rate:g}, {run.steps:,} steps of {s.batch} x {s.seq} (~{hours:g} {ctx.clock} hours), "
+            f"warm-up {int(round(s.warmup_fraction * run.steps))}, "
+            f"checkpoints at {', '.join(map(str, run.probe_steps))}")
 
 
 def _fmt(gains: Dict[str, float]) -> str:

@@ -152,7 +152,8 @@ def run_hparams(ctx: Context, run: Run) -> dict:
 def latest_checkpoint_step(model_dir: Path) -> int:
     """The step of the run's newest checkpoint (0 before the first): where a resumed run starts."""
     state = model_dir / "checkpoint"
-    found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state.read_text(), re.M) if state.exists() else None
+    text = state.read_text(errors="replace") if state.exists() else ""  # garbled: no step, not a crash
+    found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M)
     return int(found.group(1)) if found else 0
 
 

@@ -2,13 +2,15 @@
 
     python -m paper_replication.worker SPEC.json
 
-SPEC: {"output_dir", "results_dir", "units": [{"id", "kind", "params"}, ...]}. Each unit prints
-`@@start <id>` and `@@end <id> <seconds>` for the runner, which relays them as progress lines;
-everything else goes to the stage's log. A pretraining run completes all its listed segments in
-one go: a watcher thread copies each probe checkpoint aside as soon as TensorFlow has written it
-(before `keep_checkpoint_max` would delete it) and records the segment.
+SPEC: {"output_dir", "results_dir", "clock" (machine or wall; machine if absent), "units": [{"id",
+"kind", "params"}, ...]}. Each unit prints `@@start <id>` and `@@end <id> <seconds>` for the
+runner, which relays them as progress lines; everything else goes to the stage's log. A
+pretraining run completes all its listed segments in one go: a watcher thread copies each probe
+checkpoint aside as soon as TensorFlow has written it (before `keep_checkpoint_max` would delete
+it) and records the segment; should that fail, training stops at its next loop boundary.
 """
 
+import _thread
 import contextlib
 import io
 import json
@@ -45,7 +47,7 @@ def machine_seconds() -> float:
     return (times.user + times.system + times.children_user + times.children_system) / CORES
 
 
-class Clock:
+class Stopwatch:
     """Wall and machine seconds since it was started or last restarted: what a unit's time is."""
 
     def __init__(self):
@@ -163,12 +165,13 @@ def _worker_name() -> str:
 def _recording_time(store: Store, unit_id: str):
     """Keeps the unit's unrecorded-time record current (every WATCH_SECONDS) while the block runs,
     so a worker stopped mid-unit leaves its time behind; yields the worker's name for the unit file
-    and clears the record once the block has completed (the unit file then holds the time)."""
-    worker, clock = _worker_name(), Clock()
+    and the stopwatch whose time the record holds, and clears the record once the block has
+    completed (the unit file then holds the time)."""
+    worker, stopwatch = _worker_name(), Stopwatch()
     stop = threading.Event()
 
     def note():
-        store.write_unrecorded(unit_id, worker, clock.elapsed())
+        store.write_unrecorded(unit_id, worker, stopwatch.elapsed())
 
     def watch():
         while not stop.wait(WATCH_SECONDS):
@@ -177,7 +180,7 @@ def _recording_time(store: Store, unit_id: str):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        yield worker
+        yield worker, stopwatch
     except BaseException:
         stop.set()
         watcher.join()
@@ -199,7 +202,7 @@ def do_pretrain(units: list, store: Store) -> None:
         if resumed > step and not _checkpoint_written(model_dir, step):
             raise RuntimeError(f"{unit['id']}: {model_dir} is past step {step} and its checkpoint is gone; "
                                f"delete {model_dir} to pretrain this run again")
-    clock, state = Clock(), {"from": resumed}  # the time and first step of the segment being trained
+    stopwatch, state = Stopwatch(), {"from": resumed}  # the time and first step of the segment being trained
     worker = _worker_name()
     tee = Tee()
     _mark("start", pending[0]["id"])
@@ -209,9 +212,9 @@ def do_pretrain(units: list, store: Store) -> None:
             unit = pending.pop(0)
             params, step = unit["params"], unit["params"]["step"]
             _copy_probe(model_dir, step, Path(params["probe"]))
-            spent = clock.elapsed()
+            spent = stopwatch.elapsed()
             seconds, machine = spent["seconds"], spent["machine_seconds"]
-            steps = step - max(state["from"], params["from_step"])
+            steps = max(0, step - max(state["from"], params["from_step"]))  # 0: checkpointed before this worker
             tokens = steps * params["tokens_per_step"]
             store.write(unit["id"], {
                 **spent, "step": step, "steps_timed": steps,
@@ -220,18 +223,22 @@ def do_pretrain(units: list, store: Store) -> None:
                 "flops": step * params["flops_per_step"], "worker": worker})
             store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
-            clock.restart()
-            state["from"] = step
+            stopwatch.restart()
+            state["from"] = max(state["from"], step)
             if pending:
                 _mark("start", pending[0]["id"])
         if pending:  # this worker's time on the segment so far, kept should it be stopped before the end
-            store.write_unrecorded(pending[0]["id"], worker, {"from_step": state["from"], **clock.elapsed()})
+            store.write_unrecorded(pending[0]["id"], worker, {"from_step": state["from"], **stopwatch.elapsed()})
 
-    stop = threading.Event()
+    stop, failed = threading.Event(), []
 
     def watch():
-        while not stop.wait(WATCH_SECONDS):
-            collect()
+        try:
+            while not stop.wait(WATCH_SECONDS):
+                collect()
+        except BaseException as error:  # say, copying a probe: stop training before its checkpoint is rotated out
+            failed.append(error)
+            _thread.interrupt_main()  # as Ctrl-C: a checkpoint at the next loop boundary, then a stop
 
     collect()
     if pending:
@@ -239,9 +246,14 @@ def do_pretrain(units: list, store: Store) -> None:
         watcher.start()
         try:
             _pretraining(hparams, tee)
+        except BaseException:
+            if not failed:
+                raise
         finally:
             stop.set()
             watcher.join()
+        if failed:
+            raise RuntimeError(f"recording a segment of {model_dir} failed, so training was stopped") from failed[0]
         collect()
     if pending:
         raise RuntimeError(f"the run ended without checkpoints at steps {[u['params']['step'] for u in pending]}")
@@ -315,10 +327,9 @@ def main(spec_path: str) -> int:
             index += len(group)
             continue
         _mark("start", unit["id"])
-        clock = Clock()
-        with _recording_time(store, unit["id"]) as worker:
+        with _recording_time(store, unit["id"]) as (worker, stopwatch):
             result = HANDLERS[unit["kind"]](unit["params"], output_dir)
-            spent = clock.elapsed()
+            spent = stopwatch.elapsed()
             store.write(unit["id"], {**result, **spent, "worker": worker})
         _mark("end", unit["id"], spent["seconds"])
         index += 1

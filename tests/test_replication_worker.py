@@ -1,0 +1,196 @@
+"""The replication's workers and estimates (benchmarks/paper_replication): the time of every unit
+stays on record when a session stops a worker, a resumed run records only what it trained, a
+failure to record a segment stops training, and the ETA counts only what remains to train."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from paper_replication.settings import QUICK  # noqa: E402
+from paper_replication.units import Context, Unit  # noqa: E402
+
+
+def _write_checkpoint(model_dir: Path, step: int) -> None:
+    """The files TensorFlow writes for ckpt-<step> (and the run's config and vocab), and the
+    `checkpoint` state naming it and the checkpoints kept before it."""
+    for name in (f"ckpt-{step}.index", f"ckpt-{step}.data-00000-of-00001", "config.json", "vocab.txt"):
+        (model_dir / name).write_text("x")
+    kept = sorted(int(path.name[len("ckpt-"):-len(".index")]) for path in model_dir.glob("ckpt-*.index"))
+    (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{step}"\n' + "".join(
+        f'all_model_checkpoint_paths: "ckpt-{k}"\n' for k in kept))
+
+
+def _segment_units(tmp_path: Path, steps) -> list:
+    return [{"id": f"s1/run/pretrain/{step}", "params": {
+        "run": "run", "hparams": {"model_dir": str(tmp_path / "model")}, "step": step, "from_step": step - 10,
+        "probe": str(tmp_path / "probes" / f"ckpt-{step}"), "flops_per_step": 1.0, "tokens_per_step": 4}}
+        for step in steps]
+
+
+def test_a_run_resumed_past_its_segments_records_only_what_it_trained(tmp_path, monkeypatch):
+    """Resumed from ckpt-25 with the checkpoints of segments 10 and 20 still kept, a worker records
+    those two with no timed steps (an earlier worker trained them) and segment 30 with the 5 steps
+    it trained: no rate comes from steps it did not train."""
+    from paper_replication import worker
+    from paper_replication.report import _segment_rate
+    from paper_replication.store import Store
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
+    model_dir.mkdir()
+    for step in (10, 20, 25):
+        _write_checkpoint(model_dir, step)
+    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: _write_checkpoint(model_dir, 30))
+    units = _segment_units(tmp_path, (10, 20, 30))
+    worker.do_pretrain(units, store)
+    results = [store.read(unit["id"]) for unit in units]
+    assert [r["steps_timed"] for r in results] == [0, 0, 5]
+    assert [r["tokens_per_second"] for r in results[:2]] == [None, None]
+    assert _segment_rate(results[0]) is None and _segment_rate(results[1]) is None
+
+
+def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):
+    """Should recording a segment fail (say, a full disk while its probe is copied), training stops
+    (as on Ctrl-C: a checkpoint at the next loop boundary) instead of running on unrecorded while
+    the probe's checkpoint is rotated out; the worker fails with the cause."""
+    from paper_replication import worker
+    from paper_replication.store import Store
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(worker, "_copy_probe", full_disk)
+    model_dir, store, trained = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results"), []
+    model_dir.mkdir()
+
+    def training(hparams, stream):
+        _write_checkpoint(model_dir, 10)
+        for _ in range(500):  # steps, up to 5 s
+            time.sleep(0.01)
+            trained.append(1)
+        _write_checkpoint(model_dir, 20)
+
+    monkeypatch.setattr(worker, "_pretraining", training)
+    with pytest.raises(RuntimeError, match="training was stopped") as raised:
+        worker.do_pretrain(_segment_units(tmp_path, (10, 20)), store)
+    assert isinstance(raised.value.__cause__, OSError) and len(trained) < 500
+    assert store.read("s1/run/pretrain/10") is None
+
+
+def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
+    """A pretraining worker stopped mid-segment (a session ends) leaves its spent time behind; the
+    worker that finishes the segment records only its own share in the unit file, and the stage's
+    time (what budgets and totals use) adds both. Training is replaced by a fake that writes the
+    checkpoint files TensorFlow would; the clock is a fake that only the fake training advances."""
+    from paper_replication import worker
+    from paper_replication.store import Store
+    clock = {"now": 100.0}
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    monkeypatch.setattr(worker, "machine_seconds", lambda: clock["now"])
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
+    model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
+    units = _segment_units(tmp_path, (10, 20))
+
+    def checkpoint(step):
+        _write_checkpoint(model_dir, step)
+
+    def train(seconds, until_recorded=None):
+        clock["now"] += seconds
+        for _ in range(500):  # until the watcher has noted the time (at most 5 s)
+            records = store.unrecorded(until_recorded) if until_recorded else []
+            if not until_recorded or (records and records[0]["machine_seconds"] == seconds):
+                return
+            time.sleep(0.01)
+        raise AssertionError("the watcher never recorded the worker's time")
+
+    def stopped_after_step_15(hparams, stream):
+        train(7.0)
+        checkpoint(10)
+        time.sleep(0.1)  # the watcher records segment 10
+        train(3.0, until_recorded="s1/run/pretrain/20")  # steps 10-15 ...
+        raise KeyboardInterrupt  # ... then the session ends before ckpt-20
+
+    model_dir.mkdir()
+    monkeypatch.setattr(worker, "_pretraining", stopped_after_step_15)
+    with pytest.raises(KeyboardInterrupt):
+        worker.do_pretrain(units, store)
+    first = store.read("s1/run/pretrain/10")
+    assert (first["steps_timed"], first["machine_seconds"]) == (10, 7.0) and store.read("s1/run/pretrain/20") is None
+    for root in ("out", "results"):  # both copies hold the stopped worker's record
+        (path,) = (tmp_path / root / "units" / "s1" / "run" / "pretrain" / "20.unrecorded").iterdir()
+        assert json.loads(path.read_text())["machine_seconds"] == 3.0
+    (left,) = store.unrecorded("s1/run/pretrain/20")  # the two copies, counted once
+    assert (left["from_step"], left["machine_seconds"]) == (10, 3.0)
+    assert not (tmp_path / "out" / "units" / "s1" / "run" / "pretrain" / "10.unrecorded").exists()  # cleared
+
+    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: (train(5.0), checkpoint(20)))
+    worker.do_pretrain(units[1:], store)
+    finished = store.read("s1/run/pretrain/20")
+    assert (finished["steps_timed"], finished["machine_seconds"]) == (10, 5.0)
+    assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    assert ctx.spent([Unit(u["id"], "pretrain", u["params"]) for u in units]) == 7.0 + 5.0 + 3.0
+    # A record of the worker that its unit file names (committed while it ran) is not counted again.
+    store.write_unrecorded("s1/run/pretrain/20", finished["worker"], {"machine_seconds": 4.0, "seconds": 4.0})
+    assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
+
+
+def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):
+    """The same for any other unit (a fine-tuning trial, an evaluation): a worker stopped while it
+    runs one leaves the time spent; the rerun's unit file holds its own share; both count."""
+    from paper_replication import worker
+    clock = {"now": 50.0}
+    monkeypatch.setattr(worker, "machine_seconds", lambda: clock["now"])
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
+    monkeypatch.setattr(worker, "use_pooled_cpu_allocator", lambda: None)
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir),
+                                "units": [{"id": "s1/data/vocab_learned", "kind": "vocab", "params": {}}]}))
+
+    def stopped(params, output_dir):
+        clock["now"] += 4.0
+        for _ in range(500):  # until the watcher has noted the time (at most 5 s)
+            if [r["machine_seconds"] for r in ctx.store.unrecorded("s1/data/vocab_learned")] == [4.0]:
+                raise KeyboardInterrupt  # the session ends
+            time.sleep(0.01)
+        raise AssertionError("the watcher never recorded the unit's time")
+
+    monkeypatch.setitem(worker.HANDLERS, "vocab", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        worker.main(str(spec))
+    assert ctx.result("s1/data/vocab_learned") is None
+    monkeypatch.setitem(worker.HANDLERS, "vocab", lambda params, output_dir: clock.update(now=clock["now"] + 1.5) or {})
+    assert worker.main(str(spec)) == 0
+    assert ctx.result("s1/data/vocab_learned")["machine_seconds"] == 1.5
+    assert ctx.spent([Unit("s1/data/vocab_learned", "vocab", {})]) == 1.5 + 4.0
+
+
+def test_eta_counts_only_steps_after_the_newest_checkpoint(tmp_path):
+    """A segment resumed from a checkpoint is estimated from that step on: the steps already
+    checkpointed are not trained again, so they are not in the ETA either."""
+    from paper_replication.eta import Estimator
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    model_dir = tmp_path / "model"
+    unit = Unit("s1/run/pretrain/100", "pretrain", {"run": "run", "hparams": {"model_dir": str(model_dir)},
+                                                    "step": 100, "from_step": 0, "flops_per_step": 3e10})
+    estimator = Estimator(ctx, [unit])
+    assert estimator.seconds(unit) == 100.0  # no checkpoint yet: the prior rate, 1 s a step
+    model_dir.mkdir()
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n')
+    assert estimator.seconds(unit) == 60.0
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-140"\n')  # a later segment's
+    assert estimator.seconds(unit) == 0.0
+    later = Unit("s1/run/pretrain/200", "pretrain", {**unit.params, "step": 200, "from_step": 100})
+    assert estimator.seconds(later) == 60.0  # from ckpt-140, not from the segment's start
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\n')
+    assert estimator.seconds(later) == 100.0  # an earlier segment's checkpoint: from its own start
+    (model_dir / "checkpoint").write_bytes(b"\xff\xfe garbled")
+    assert estimator.seconds(later) == 100.0
