@@ -21,9 +21,7 @@ from paper_replication.store import read_json, write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Unit
 
 BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
-
-
-CLOCKS = ("machine", "wall")
+CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
 
 
 def _clock_files(ctx: Context) -> List[Path]:

@@ -31,8 +31,6 @@ from paper_replication.units import latest_checkpoint_step
 PROGRESS_STEP = re.compile(r"^step (\d+)/")
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
 CORES = os.cpu_count() or 1
-
-
 WALL_CLOCK = False  # set from the spec (--clock wall): a dedicated machine, e.g. with a GPU
 
 
