@@ -89,6 +89,20 @@ def test_a_damaged_result_copy_is_ignored(tmp_path, capsys):
     assert f"warning: {committed} is damaged" in capsys.readouterr().err
 
 
+def test_a_unit_run_again_keeps_its_earlier_time(tmp_path):
+    """A new machine that lost a probe copy trains its segment again: the unit's new result replaces
+    the old one, and the old run's time stays counted (the cap counts all time spent)."""
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    unit = Unit("s1/pilot/pretrain/10", "pretrain", {}, artifact=str(tmp_path / "gone.index"))
+    ctx.store.write(unit.id, {"seconds": 30.0, "machine_seconds": 20.0, "worker": "first"})
+    ctx.store.write(unit.id, {"seconds": 5.0, "machine_seconds": 4.0, "worker": "second"})
+    assert ctx.result(unit.id)["worker"] == "second"
+    assert ctx.spent([unit]) == 24.0 and ctx.spent([unit], machine=False) == 35.0
+    ctx.store.write(unit.id, {"seconds": 1.0})  # a result without a worker (older records) is kept too
+    ctx.store.write(unit.id, {"seconds": 2.0})
+    assert ctx.spent([unit], machine=False) == 38.0
+
+
 def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -16,6 +16,7 @@ add these files to the units' own.
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -61,6 +62,14 @@ class Store:
         return None
 
     def write(self, unit_id: str, result: dict) -> None:
+        """Writes the unit's result. A unit run again (a new machine lost the checkpoint or probe a
+        pending unit needs) keeps its earlier run's time as that worker's unrecorded record: the
+        time was spent, and budgets count it."""
+        earlier = self.read(unit_id)
+        if earlier is not None and (earlier.get("worker") is None or earlier["worker"] != result.get("worker")):
+            record = {key: earlier[key] for key in ("seconds", "machine_seconds") if key in earlier}
+            name = earlier.get("worker") or f"earlier-{time.time_ns()}"
+            self.write_unrecorded(unit_id, name, {**record, "superseded": True})
         for path in self._paths(unit_id):
             write_json(path, result)
 
