@@ -4,6 +4,7 @@ failure to record a segment stops training, and the ETA counts only what remains
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,6 +82,35 @@ def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):
         worker.do_pretrain(_segment_units(tmp_path, (10, 20)), store)
     assert isinstance(raised.value.__cause__, OSError) and len(trained) < 500
     assert store.read("s1/run/pretrain/10") is None
+
+
+def test_a_failure_recorded_after_training_returned_still_names_its_cause(tmp_path, monkeypatch):
+    """Training can return between the watcher's failure and its interrupt landing: the worker
+    still fails with the cause, not with a bare KeyboardInterrupt."""
+    from paper_replication import worker
+    from paper_replication.store import Store
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
+
+    copying = threading.Event()
+
+    def full_disk(*args):
+        copying.set()
+        time.sleep(0.05)  # training returns meanwhile; the interrupt lands during the join
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(worker, "_copy_probe", full_disk)
+    model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
+    model_dir.mkdir()
+
+    def training(hparams, stream):
+        _write_checkpoint(model_dir, 10)
+        assert copying.wait(5)  # the watcher is copying the probe when training returns
+
+    monkeypatch.setattr(worker, "_pretraining", training)
+    with pytest.raises(RuntimeError, match="training was stopped") as raised:
+        worker.do_pretrain(_segment_units(tmp_path, (10,)), store)
+    assert isinstance(raised.value.__cause__, OSError)
 
 
 def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):

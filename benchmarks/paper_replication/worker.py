@@ -243,13 +243,14 @@ def do_pretrain(units: list, store: Store) -> None:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         try:
-            _pretraining(hparams, tee)
-        except BaseException:
+            try:
+                _pretraining(hparams, tee)
+            finally:
+                stop.set()
+                watcher.join()
+        except BaseException:  # the watcher's interrupt may land after training returned, during the join
             if not failed:
                 raise
-        finally:
-            stop.set()
-            watcher.join()
         if failed:
             raise RuntimeError(f"recording a segment of {model_dir} failed, so training was stopped") from failed[0]
         collect()
