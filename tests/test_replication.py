@@ -27,7 +27,7 @@ import replicate_paper  # noqa: E402
 from paper_replication import runner  # noqa: E402
 from paper_replication.flops import flops_per_step  # noqa: E402
 from paper_replication.settings import QUICK  # noqa: E402
-from paper_replication.stages import StagePlan, transfers  # noqa: E402
+from paper_replication.stages import StagePlan, plan_all, transfers  # noqa: E402
 from paper_replication.units import Context, Unit  # noqa: E402
 
 
@@ -72,6 +72,30 @@ def test_a_budget_is_computed_once(tmp_path):
     for value in (1.5, 2.5):
         assert _frozen(ctx, "s2/budget", lambda: calls.append(value) or {"stage1_hours": value}) == {"stage1_hours": 1.5}
     assert calls == [1.5] and ctx.result("s2/budget") == {"stage1_hours": 1.5}
+
+
+def test_a_schedule_that_changes_under_its_results_is_an_error(tmp_path):
+    """A run's steps are recorded when first planned; a plan that later gives other steps (new code
+    under results that exist) stops with an error instead of orphaning the results and their time."""
+    from paper_replication.stages import pin_schedule
+    from paper_replication.units import schedule
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    run = schedule(QUICK, 0.0, None, "pilot_a", 1, "bert", "learned", 1e-3, (0.5, 1.0), steps=100)
+    pin_schedule(ctx, run)
+    pin_schedule(ctx, run)  # the same plan again: fine
+    assert ctx.result("s1/pilot_a/schedule")["steps"] == run.steps
+    longer = schedule(QUICK, 0.0, None, "pilot_a", 1, "bert", "learned", 1e-3, (0.5, 1.0), steps=200)
+    with pytest.raises(SystemExit, match="units/s1/pilot_a/schedule.json records"):
+        pin_schedule(ctx, longer)
+
+
+def test_sst_passes_count_the_subsample_before_glue_is_prepared(tmp_path, shared_data):
+    """On a new machine `--status` plans before <output>/glue exists: SST-2 still counts its fixed
+    8,000-example subsample (3 epochs), not the shared file's 67,349 rows, so no budget is misjudged."""
+    from paper_replication.settings import REAL
+    from paper_replication.units import train_passes
+    ctx = Context(REAL, tmp_path / "out", tmp_path / "results", REPO, shared_data)
+    assert not ctx.glue_dir.exists() and train_passes(ctx, "sst") == 8000 * 3
 
 
 def test_a_damaged_result_copy_is_ignored(tmp_path, capsys):
@@ -180,7 +204,7 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     _run(out, shared_data, "--stage", "1")
     stage1 = {path: (path.stat().st_mtime_ns, path.read_text()) for path in (out / "units" / "s1").rglob("*.json")}
     kinds = {path.relative_to(out / "units" / "s1").parts[1] for path in stage1 if "pilot_a" in str(path)}
-    assert kinds == {"pretrain", "eval", "ft"}, kinds
+    assert kinds == {"pretrain", "eval", "ft", "schedule.json"}, kinds
     assert not (out / "units" / "s2").exists()  # --stage 1 stops there
     # every result is also in the (committed) results dir
     assert all((out / "results" / path.relative_to(out)).is_file() for path in stage1)
@@ -189,7 +213,8 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
 
     second = _run(out, shared_data)
     assert " start s1/" not in second.stdout  # nothing of stage 1 ran again ...
-    assert f"[stage 1] {len(stage1)} units finished earlier (skipped)" in second.stdout
+    unit_files = [path for path in stage1 if path.name != "schedule.json"]  # the rest: each pilot's schedule
+    assert f"[stage 1] {len(unit_files)} units finished earlier (skipped)" in second.stdout
     for path, (mtime, text) in stage1.items():  # ... and no result file was rewritten
         assert path.stat().st_mtime_ns == mtime and path.read_text() == text
     assert " start s2/s2_electra/pretrain/" in second.stdout and " start s3/" in second.stdout
@@ -224,6 +249,21 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
         assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
     exported = out / "results" / "hf" / "electra"
     assert json.loads((exported / "config.json").read_text())["dtype"] == "float16"
+    assert stage2["exports"]["s2/export/electra"]["committed"] is True
+    assert stage2["throughput"]["s2/throughput/electra_learned"]["tokens_per_machine_second"] > 0
+
+    # a new machine: the output dir is gone (results and vocab are committed) and one trial is
+    # not done; its run is trained again, which first needs stage 1's data built again
+    results_dir = tmp_path / "committed"
+    shutil.copytree(out / "results", results_dir)
+    shutil.rmtree(out)
+    (results_dir / "units" / "s2" / "s2_bert" / "ft" / str(bert["steps"]) / "sts" / "seed1.json").unlink()
+    ctx = Context(QUICK, out, results_dir, REPO, shared_data)
+    by_stage = runner.pending_by_stage(ctx, plan_all(ctx))
+    assert len(by_stage) == 2  # stage 3 is planned again once stage 2 is whole
+    assert [u.id for u in by_stage[0]] == ["s1/data/build_learned"]
+    assert [u.id for u in by_stage[1]] == [f"s2/s2_bert/pretrain/{bert['steps']}",
+                                           f"s2/s2_bert/ft/{bert['steps']}/sts/seed1"]
 
 
 def _fake_result(unit: Unit, checkpoint: int) -> dict:

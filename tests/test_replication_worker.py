@@ -54,6 +54,20 @@ def test_a_run_resumed_past_its_segments_records_only_what_it_trained(tmp_path, 
     assert _segment_rate(results[0]) is None and _segment_rate(results[1]) is None
 
 
+def test_a_run_trained_again_from_scratch_times_all_its_steps(tmp_path, monkeypatch):
+    """On a new machine only the final segment may be needed again (earlier probes are fine-tuned
+    already): the worker trains from step 0, and the unit's rate counts all 20 steps it trained."""
+    from paper_replication import worker
+    from paper_replication.store import Store
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
+    model_dir.mkdir()
+    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: _write_checkpoint(model_dir, 20))
+    units = _segment_units(tmp_path, (20,))
+    worker.do_pretrain(units, store)
+    assert store.read(units[0]["id"])["steps_timed"] == 20
+
+
 def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):
     """Should recording a segment fail (say, a full disk while its probe is copied), training stops
     (as on Ctrl-C: a checkpoint at the next loop boundary) instead of running on unrecorded while

@@ -110,10 +110,13 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
         vocabs = dict.fromkeys(run.vocab for run in plan.runs)
         random = {vocab: _tasks_summary(ctx, f"s{number}/random_{vocab}/ft", tasks) for vocab in vocabs} \
             if number < 3 else {}
+        measured = {kind: {u.id: ctx.result(u.id) for u in plan.units if u.kind == kind}
+                    for kind in ("throughput", "export")}  # the speeds behind the budgets; the HF exports
         stages.append({"stage": number, "complete": plan.complete and not ctx.pending(plan.units),
                        "notes": plan.notes, "budget": plan.budget, "tasks": list(tasks),
                        "regime": plan.regime.name if plan.regime else None, "random_init": random,
-                       "runs": [_run_summary(ctx, run, tasks) for run in plan.runs]})
+                       "runs": [_run_summary(ctx, run, tasks) for run in plan.runs],
+                       "throughput": measured["throughput"], "exports": measured["export"]})
     if plans[0].complete and plans[0].regime is None:
         stages[0]["extrapolation"] = extrapolation(stages[0], s.transfer_margin)
         stages[0]["notes"] = stages[0]["notes"] + stages[0]["extrapolation"]
@@ -191,11 +194,14 @@ def write_table(results: dict, path: Path) -> None:
                 lines.append("| " + " | ".join([f"random init ({vocab})", vocab, "–", "0", "0", "–"]
                                                + [_cell(summary["tasks"][t]) for t in tasks]
                                                + [_num(summary["average"], 2)]) + " |")
-        else:
+        elif stage["runs"]:  # a stage its budget rules out has only its notes
             rows = _final_rows(stage)
-            if stage["stage"] == 3 and not any(r["objective"] == "electra" for r in stage["runs"]):
-                rows += _final_rows(results["stages"][1])  # at stage 2's budget: its electra and bert
-            for vocab, summary in stage["random_init"].items():
+            random_init = stage["random_init"]
+            if stage["stage"] == 3:
+                random_init = results["stages"][1]["random_init"]  # random init has no budget: stage 2's rows
+                if not any(r["objective"] == "electra" for r in stage["runs"]):
+                    rows += _final_rows(results["stages"][1])  # at stage 2's budget: its electra and bert
+            for vocab, summary in random_init.items():
                 rows.append((f"random init ({vocab})", 0, 0.0, summary))
             lines += _final_table(rows, tasks, paper=stage["stage"] == 3)
             lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "

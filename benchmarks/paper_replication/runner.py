@@ -127,6 +127,13 @@ def _batch(pending: List[Unit], budget: Optional[int] = None) -> List[Unit]:
     return batch
 
 
+def pending_by_stage(ctx: Context, plans: List[StagePlan]) -> List[List[Unit]]:
+    """Each stage's pending units, judged over all stages: a later stage's unit can need an earlier
+    one's artifact (stage 2's runs need stage 1's data, which a new machine has lost)."""
+    pending = {u.id for u in ctx.pending([u for plan in plans for u in plan.units])}
+    return [[u for u in plan.units if u.id in pending] for plan in plans]
+
+
 class Stage:
     """Progress of one stage: done / total, measured time so far and the ETA, as one line per event."""
 
@@ -136,7 +143,8 @@ class Stage:
         self.all_units = [u for plan in plans for u in plan.units]
 
     def line(self, event: str) -> str:
-        pending = self.ctx.pending(self.units)
+        ids = {u.id for u in self.units}
+        pending = [u for u in self.ctx.pending(self.all_units) if u.id in ids]
         estimator = Estimator(self.ctx, self.all_units)
         spent = self.ctx.spent(self.units, machine=False)
         return (f"[stage {self.number}] {event} | {len(self.units) - len(pending)}/{len(self.units)} units done "
@@ -188,12 +196,13 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
         announced, reported, ran = set(), set(), 0
         while True:
             plans = plan_all(ctx, last_stage)
+            by_stage = pending_by_stage(ctx, plans)
             for number, plan in enumerate(plans, 1):
                 if number not in announced:
                     announced.add(number)
-                    skipped = len(plan.units) - len(ctx.pending(plan.units))
+                    skipped = len(plan.units) - len(by_stage[number - 1])
                     print(Stage(ctx, plans, number).line(f"{skipped} units finished earlier (skipped)"), flush=True)
-            current = next((n for n, plan in enumerate(plans, 1) if ctx.pending(plan.units)), None)
+            current = next((n for n, pending in enumerate(by_stage, 1) if pending), None)
             if current is None:
                 on_stage_done(ctx)
                 for plan_number, plan in enumerate(plans, 1):
@@ -206,7 +215,7 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
             if current > 1 and current not in reported:
                 reported.add(current)
                 on_stage_done(ctx)  # the previous stage's results
-            pending = ctx.pending(stage.units)
+            pending = by_stage[current - 1]
             batch = _batch(pending, None if max_units is None else max_units - ran)
             if not batch and ran == 0:  # the next unit is a pretraining run with more segments than that
                 segments = _run_length(pending, 0)
@@ -231,8 +240,9 @@ def status(ctx: Context, last_stage: int = 3) -> str:
     plans = plan_all(ctx, last_stage)
     estimator = Estimator(ctx, [u for plan in plans for u in plan.units])
     lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}; budgets count {ctx.clock} seconds"], 0.0
+    by_stage = pending_by_stage(ctx, plans)
     for number, plan in enumerate(plans, 1):
-        pending = ctx.pending(plan.units)
+        pending = by_stage[number - 1]
         pending_ids = {u.id for u in pending}
         kinds = {}
         for unit in plan.units:
@@ -248,7 +258,7 @@ def status(ctx: Context, last_stage: int = 3) -> str:
         lines += [f"  {note}" for note in plan.notes]
     for number in range(len(plans) + 1, last_stage + 1):
         lines.append(f"stage {number}: not planned yet (waits for stage {number - 1}'s results)")
-    lines.append(f"remaining (planned units): {sum(len(ctx.pending(p.units)) for p in plans)}, ETA {duration(total)}")
+    lines.append(f"remaining (planned units): {sum(map(len, by_stage))}, ETA {duration(total)}")
     return "\n".join(lines)
 
 

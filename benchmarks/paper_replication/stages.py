@@ -211,14 +211,14 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
     runs = _stage_runs(ctx, 2, regime, OBJECTIVES_STAGE2, flops_budget, hours)
     for run in runs:
         units += pretraining_units(ctx, run, step_flops(ctx, run.objective, run.vocab))
-        for step in run.probe_steps:
-            units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks, run, step)
-    units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks)
-    for run in runs:
+        # exported (and committed) as soon as it is trained: a new machine then never retrains it for that
         units.append(Unit(f"s2/export/{run.objective}", "export",
                           {"probe": str(ctx.probe_prefix(run, run.steps)), "run": run.name,
                            "output": str(ctx.results_dir / "hf" / run.objective)},
                           needs=(f"s2/{run.name}/pretrain/{run.steps}",)))
+        for step in run.probe_steps:
+            units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks, run, step)
+    units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks)
     budget = {"hours_each": hours, "flops_each": flops_budget, **frozen}
     return StagePlan(units, complete=True, runs=runs, budget=budget,
                      notes=[f"budget {flops_budget:.3g} FLOPs each (~{hours:.2f} h of the electra step): "
@@ -251,6 +251,19 @@ def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
                      notes=[f"budget: {label}: " + ", ".join(f"{r.objective} {r.steps} steps" for r in runs)])
 
 
+def pin_schedule(ctx: Context, run: Run) -> None:
+    """Records the run's schedule the first time it is planned (`units/s<stage>/<run>/schedule.json`).
+    A later plan that differs (code changed under results that exist) is an error: new steps would
+    mean new unit ids, orphaning the results and their time, which the cap counts."""
+    planned = {"objective": run.objective, "vocab": run.vocab, "learning_rate": run.learning_rate,
+               "steps": run.steps, "probe_steps": list(run.probe_steps)}
+    key = f"s{run.stage}/{run.name}/schedule"
+    recorded = _frozen(ctx, key, lambda: planned)
+    if recorded != planned:
+        raise SystemExit(f"error: {run.name} is now planned as {planned}, but units/{key}.json records {recorded}: "
+                         "the plan must not change once it has results; restore the code that planned it")
+
+
 def plan_all(ctx: Context, last_stage: int = 3) -> List[StagePlan]:
     """The plans of stages 1..last_stage as far as the results so far allow."""
     plans = [plan_stage1(ctx)]
@@ -258,4 +271,7 @@ def plan_all(ctx: Context, last_stage: int = 3) -> List[StagePlan]:
         plans.append(plan_stage2(ctx, plans[0]))
         if last_stage >= 3 and plans[1].complete and plans[1].runs and _all_done(ctx, plans[1].units):
             plans.append(plan_stage3(ctx, plans[0], plans[1]))
+    for plan in plans:
+        for run in plan.runs:
+            pin_schedule(ctx, run)
     return plans

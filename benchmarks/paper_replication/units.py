@@ -249,6 +249,8 @@ def train_passes(ctx: Context, task: str) -> int:
     if not path.exists():
         path = ctx.shared_data / "glue" / GLUE_FOLDERS[task] / "train.tsv"
     rows = _lines(path) - (task != "cola")
+    if task == "sst":  # the shared file when <output>/glue is not prepared yet (--status on a new machine)
+        rows = min(rows, ctx.settings.sst_subsample)
     if ctx.settings.max_examples is not None:
         rows = min(rows, ctx.settings.max_examples)
     return rows * (2 if task in DOUBLED else 1) * TASK_EPOCHS.get(task, 3)

@@ -212,7 +212,7 @@ def do_pretrain(units: list, store: Store) -> None:
             _copy_probe(model_dir, step, Path(params["probe"]))
             spent = stopwatch.elapsed()
             seconds, machine = spent["seconds"], spent["machine_seconds"]
-            steps = max(0, step - max(state["from"], params["from_step"]))  # 0: checkpointed before this worker
+            steps = max(0, step - state["from"])  # 0: checkpointed before this worker; from 0 on a new machine
             tokens = steps * params["tokens_per_step"]
             store.write(unit["id"], {
                 **spent, "step": step, "steps_timed": steps,
@@ -291,8 +291,9 @@ def do_export(params: dict, output_dir: Path) -> dict:
     weights = discriminator / hf.WEIGHTS_FILE
     tensors = {name: value.astype(np.float16) for name, value in load_file(str(weights)).items()}
     save_file(tensors, str(weights), metadata={"format": "pt"})
-    hf_config = json.loads((discriminator / "config.json").read_text())
-    (discriminator / "config.json").write_text(json.dumps({**hf_config, "dtype": "float16"}, indent=2) + "\n")
+    hf_config = json.loads((discriminator / "config.json").read_text())  # torch_dtype: transformers < 4.56
+    hf_config.update(dtype="float16", torch_dtype="float16")
+    (discriminator / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
     size = sum(p.stat().st_size for p in discriminator.iterdir())
     target = Path(params["output"])
     if size < 20e6:
