@@ -28,7 +28,8 @@ def _write_checkpoint(model_dir: Path, step: int) -> None:
 
 def _segment_units(tmp_path: Path, steps) -> list:
     return [{"id": f"s1/run/pretrain/{step}", "params": {
-        "run": "run", "hparams": {"model_dir": str(tmp_path / "model")}, "step": step, "from_step": step - 10,
+        "run": "run", "hparams": {"model_dir": str(tmp_path / "model"), "num_train_steps": max(steps)},
+        "step": step, "from_step": step - 10,
         "probe": str(tmp_path / "probes" / f"ckpt-{step}"), "flops_per_step": 1.0, "tokens_per_step": 4}}
         for step in steps]
 
@@ -66,6 +67,30 @@ def test_a_run_trained_again_from_scratch_times_all_its_steps(tmp_path, monkeypa
     units = _segment_units(tmp_path, (20,))
     worker.do_pretrain(units, store)
     assert store.read(units[0]["id"])["steps_timed"] == 20
+
+
+def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypatch):
+    """When only the first segment of a 20-step run is pending (its probe was lost, the rest is
+    done), the worker records it and stops training instead of running on to step 20 unrecorded."""
+    from paper_replication import worker
+    from paper_replication.store import Store
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
+    model_dir, store, trained = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results"), []
+    model_dir.mkdir()
+
+    def training(hparams, stream):
+        _write_checkpoint(model_dir, 10)
+        for _ in range(500):  # steps 11-20, up to 5 s
+            time.sleep(0.01)
+            trained.append(1)
+        _write_checkpoint(model_dir, 20)
+
+    monkeypatch.setattr(worker, "_pretraining", training)
+    units = _segment_units(tmp_path, (10,))
+    units[0]["params"]["hparams"]["num_train_steps"] = 20
+    worker.do_pretrain(units, store)
+    assert store.read(units[0]["id"])["step"] == 10 and len(trained) < 500
 
 
 def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):

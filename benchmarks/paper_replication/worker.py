@@ -228,12 +228,18 @@ def do_pretrain(units: list, store: Store) -> None:
         if pending:  # this worker's time on the segment so far, kept should it be stopped before the end
             store.write_unrecorded(pending[0]["id"], worker, {"from_step": state["from"], **stopwatch.elapsed()})
 
-    stop, failed = threading.Event(), []
+    stop, failed, needed_no_more = threading.Event(), [], []
 
     def watch():
         try:
             while not stop.wait(WATCH_SECONDS):
                 collect()
+                if not pending and state["from"] < hparams["num_train_steps"]:
+                    # every needed segment is recorded (a new machine may need only early ones): stop
+                    # here rather than train the rest of the run on time no unit records
+                    needed_no_more.append(True)
+                    _thread.interrupt_main()
+                    return
         except BaseException as error:  # say, copying a probe: stop training before its checkpoint is rotated out
             failed.append(error)
             _thread.interrupt_main()  # as Ctrl-C: a checkpoint at the next loop boundary, then a stop
@@ -249,7 +255,7 @@ def do_pretrain(units: list, store: Store) -> None:
                 stop.set()
                 watcher.join()
         except BaseException:  # the watcher's interrupt may land after training returned, during the join
-            if not failed:
+            if not (failed or needed_no_more):
                 raise
         if failed:
             raise RuntimeError(f"recording a segment of {model_dir} failed, so training was stopped") from failed[0]
