@@ -245,6 +245,10 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert "| model | steps | FLOPs | STS-B | GLUE avg | paper Table 5 |" in table
     for row in ("| electra |", "| bert |", "| random init (learned) |", "| electra_15 |", "| all_tokens_mlm |"):
         assert row in table
+    # stage 2 and 3 each rank their models with the seed spread and Table 5's pairs as measured
+    assert table.count("- measured ordering by GLUE average") == 2 and table.count("- neighbours: ") == 2
+    assert "paper Table 5 (base) orders 1 of these pairs" in table and "orders 9 of these pairs" in table
+    assert "- HF export (electra): its discriminator in float16, " in table and "committed in `hf/electra`" in table
     for png in ("glue_vs_flops.png", "pretraining_curves.png"):
         assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
     exported = out / "results" / "hf" / "electra"
@@ -317,16 +321,65 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     assert "stopped after stage 1: " in capsys.readouterr().out
     stage = json.loads((results / "results.json").read_text())["stages"][0]
     (line,) = [line for line in stage["extrapolation"] if line.startswith("pilot_c:")]
-    from paper_replication.report import GPU_FLOPS_PER_SECOND, _hours
-    flops = float(re.search(r"margin at ~(\S+) pretraining FLOPs from step 0 \(~\S+ (h|min) on this machine, ", line)[1])
-    assert f"~{_hours(flops / GPU_FLOPS_PER_SECOND)} on one GPU at an assumed 5e+12 FLOP/s" in line
+    from paper_replication.extrapolation import GPU_FLOPS_PER_SECOND, hours
+    flops = float(re.search(r"the rule holds from ~(\S+) pretraining FLOPs from step 0 \(~\S+ (h|min) on this machine, ",
+                            line)[1])
+    assert f"~{hours(flops / GPU_FLOPS_PER_SECOND)} on one GPU)" in line
+    # the rule on straight lines in log FLOPs: every task's gain above 0 and their mean >= 1
     random = {task: stage["random_init"]["learned"]["tasks"][task]["median"] for task in ("sst", "mrpc")}
-    gains = [statistics.fmean([73.0 + 0.5 * k - random["sst"], 70.0 + 0.5 * k - random["mrpc"]]) for k in range(3)]
-    fit = numpy.polyfit([math.log10(p["flops"]) for p in stage["runs"][2]["checkpoints"]], gains, 1)
-    assert line.startswith(f"pilot_c: gain {fit[0]:+.2f} points per 10x FLOPs")
-    assert math.log10(flops) == pytest.approx((1.0 - fit[1]) / fit[0], abs=0.01)
+    x = [math.log10(p["flops"]) for p in stage["runs"][2]["checkpoints"]]
+    fits = {task: numpy.polyfit(x, [base + 0.5 * k - random[task] for k in range(3)], 1)
+            for task, base in (("sst", 73.0), ("mrpc", 70.0))}
+    roots = [-fit[1] / fit[0] for fit in fits.values()]
+    mean_fit = (fits["sst"] + fits["mrpc"]) / 2
+    roots.append((1.0 - mean_fit[1]) / mean_fit[0])
+    assert f"per 10x FLOPs sst {fits['sst'][0]:+.2f}, mrpc {fits['mrpc'][0]:+.2f}" in line
+    assert math.log10(flops) == pytest.approx(max(roots), abs=0.01)
+    assert stage["extrapolation"][-1].startswith("one GPU: `python benchmarks/replicate_paper.py ")
     table = (results / "table.md").read_text()
     assert line in table and "| pilot_c | learned | 0.001 | 9936 |" in table
+    status = runner.status(ctx)
+    assert "stage 2: not run (stage 1's note says why)" in status and "stage 3: not run" in status
+
+
+@pytest.mark.parametrize("fits, last, expected", [
+    ({"sst": (2.0, -30.0), "mrpc": (1.0, -14.0)}, 15.0, 46 / 3),  # sst > 0 from 15, mrpc from 14, mean >= 1 from 15.33
+    ({"sst": (2.0, -34.0), "mrpc": (1.0, -14.0)}, 15.0, 17.0),  # sst's own root decides
+    ({"sst": (-0.5, 7.6), "mrpc": (3.0, -45.0)}, 15.0, "sst's gain falls"),  # sst < 0 from 15.2, mean >= 1 from 15.76
+    ({"sst": (-1.0, 14.0), "mrpc": (-1.0, 14.0)}, 15.0, "falls with FLOPs"),  # every gain falls, below already
+    ({"sst": (0.0, -1.0), "mrpc": (1.0, -10.0)}, 15.0, "does not change"),
+    ({"sst": (1.0, -10.0), "mrpc": (1.0, -10.0)}, 15.0, "meet the rule by its last checkpoint"),  # holds from 11
+])
+def test_extrapolation_finds_where_the_whole_rule_holds(fits, last, expected):
+    from paper_replication.extrapolation import where_rule_holds
+    needed, why_not = where_rule_holds(fits, 1.0, last)
+    if isinstance(expected, float):
+        assert needed == pytest.approx(expected) and why_not == ""
+    else:
+        assert needed is None and expected in why_not
+
+
+def test_the_ordering_says_which_differences_are_within_the_seed_spread():
+    """Seed-wise GLUE averages (seed k over the tasks); neighbours whose ranges overlap are within
+    noise; the pairs Table 5 orders are counted as measured (its tie, replace_mlm = electra_15, is not a pair)."""
+    from paper_replication.ordering import ordering, seedwise_averages
+
+    def summary(cola, sst):
+        return {"tasks": {"cola": {"seeds": cola}, "sst": {"seeds": sst}},
+                "average": statistics.fmean([statistics.median(cola), statistics.median(sst)])}
+    rows = [("bert", summary([10, 12, 11], [80, 81, 82])), ("electra", summary([14, 15, 16], [84, 86, 85])),
+            ("electra_15", summary([11, 13, 12], [81, 83, 82])), ("replace_mlm", summary([11, 12, 13], [82, 81, 83])),
+            ("random init (learned)", summary([0, 1, 2], [70, 71, 72])),
+            ("all_tokens_mlm", {"tasks": {"cola": {"seeds": [1]}, "sst": None}, "average": None})]  # trials missing
+    assert seedwise_averages(rows[0][1], ("cola", "sst")) == [45.0, 46.5, 46.5]
+    ranking, neighbours, paper = ordering(rows, ("cola", "sst"))
+    assert ranking.startswith("measured ordering by GLUE average (min–max of the seed-wise averages): "
+                              "electra 50.00 (49.00–50.50) > electra_15 47.00 (46.00–48.00) > "
+                              "replace_mlm 47.00 (46.50–48.00) > bert 46.00 (45.00–46.50) > random init (learned)")
+    assert neighbours.startswith("neighbours: electra − electra_15 +3.00, beyond the seed spread; electra_15 − "
+                                 "replace_mlm +0.00, within noise; replace_mlm − bert +1.00, within noise;")  # touching
+    # Table 5 orders electra > electra_15, replace_mlm > bert, electra > replace_mlm, electra_15 > bert, electra > bert
+    assert paper.startswith("paper Table 5 (base) orders 5 of these pairs: measured, 5 the same way (3 beyond")
 
 
 def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, capsys, shared_data):

@@ -7,17 +7,16 @@ average is the mean of the tasks' medians.
 """
 
 import dataclasses
-import math
+import os
 import statistics
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from paper_replication.extrapolation import extrapolation
+from paper_replication.ordering import PAPER_TABLE5, ordering
 from paper_replication.stages import StagePlan, plan_all
 from paper_replication.store import write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Run, Unit, seed_scores
-
-# Paper Table 5 (GLUE dev, base size): the ranking the ablations are compared with.
-PAPER_TABLE5 = {"electra": 85.0, "all_tokens_mlm": 84.3, "replace_mlm": 82.4, "electra_15": 82.4, "bert": 82.2}
 
 
 def _summary(ctx: Context, prefix: str, task: str) -> Optional[dict]:
@@ -57,51 +56,6 @@ def _run_summary(ctx: Context, run: Run, tasks) -> dict:
     return {**dataclasses.asdict(run), "checkpoints": checkpoints}
 
 
-GPU_FLOPS_PER_SECOND = 5e12  # assumed: one V100-class GPU sustaining about a third of its float32 peak
-
-
-def extrapolation(stage: dict, margin: float) -> List[str]:
-    """Where each pilot's mean gain over random init (a line in log10 FLOPs through its checkpoints)
-    would reach the decision margin, and what that costs here and on one GPU."""
-    lines = []
-    random = stage["random_init"]
-    for run in stage["runs"]:
-        base = random.get(run["vocab"], {}).get("tasks", {})
-        points = []
-        for point in run["checkpoints"]:
-            if point["flops"] and all(point["tasks"].get(t) and base.get(t) for t in stage["tasks"]):
-                gain = statistics.fmean(point["tasks"][t]["median"] - base[t]["median"] for t in stage["tasks"])
-                points.append((math.log10(point["flops"]), gain))
-        if len(points) < 2:
-            continue
-        slope, intercept = _line(points)
-        rate = [p["flops_per_machine_second"] for p in run["checkpoints"] if p.get("flops_per_machine_second")]
-        if slope <= 0:
-            lines.append(f"{run['name']}: the gain does not grow with FLOPs ({slope:+.2f} points per 10x): "
-                         "no extrapolation")
-            continue
-        needed = 10 ** ((margin - intercept) / slope)
-        here = f"~{_hours(needed / statistics.median(rate))} on this machine, " if rate else ""
-        lines.append(f"{run['name']}: gain {slope:+.2f} points per 10x FLOPs; the {margin:g}-point margin at "
-                     f"~{needed:.2e} pretraining FLOPs from step 0 ({here}~{_hours(needed / GPU_FLOPS_PER_SECOND)} "
-                     f"on one GPU at an assumed {GPU_FLOPS_PER_SECOND:.0e} FLOP/s; there, `replicate_paper.py "
-                     "--clock wall` with its own --output-dir and --results-dir makes every budget count "
-                     "the GPU's hours)")
-    return lines
-
-
-def _hours(seconds: float) -> str:
-    hours = seconds / 3600
-    return f"{hours:,.0f} h" if hours >= 10 else f"{hours:.1f} h" if hours >= 0.1 else f"{seconds / 60:.0f} min"
-
-
-def _line(points):
-    xs, ys = zip(*points)
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs)
-    return slope, mean_y - slope * mean_x
-
-
 def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
     s = ctx.settings
     stages = []
@@ -118,9 +72,26 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
                        "runs": [_run_summary(ctx, run, tasks) for run in plan.runs],
                        "throughput": measured["throughput"], "exports": measured["export"]})
     if plans[0].complete and plans[0].regime is None:
-        stages[0]["extrapolation"] = extrapolation(stages[0], s.transfer_margin)
+        stages[0]["extrapolation"] = extrapolation(stages[0], s.transfer_margin, s.cap_hours)
         stages[0]["notes"] = stages[0]["notes"] + stages[0]["extrapolation"]
+    for stage in stages[1:]:
+        if stage["runs"]:
+            stage["final"] = _final_rows(stages, stage)
+            stage["ordering"] = ordering([(row["model"], row) for row in stage["final"]], stage["tasks"])
     return {"quick": s.quick, "settings": dataclasses.asdict(s), "stages": stages}
+
+
+def _final_rows(stages: List[dict], stage: dict) -> List[dict]:
+    """The models a stage compares at its budget: its runs' last checkpoints, random init, and in
+    stage 3 at stage 2's budget stage 2's electra and bert (random init has no budget: stage 2's)."""
+    runs, random_init = list(stage["runs"]), stage["random_init"]
+    if stage["stage"] == 3:
+        random_init = stages[1]["random_init"]
+        if not stage["budget"].get("substitute"):
+            runs += stages[1]["runs"]
+    rows = [{"model": run["objective"], "steps": run["steps"], **run["checkpoints"][-1]} for run in runs]
+    return rows + [{"model": f"random init ({vocab})", "steps": 0, "flops": 0, **summary}
+                   for vocab, summary in random_init.items()]
 
 
 def _cell(summary: Optional[dict]) -> str:
@@ -141,31 +112,37 @@ def _loss(metrics: dict) -> str:
     return f"{metrics['disc_loss']:.4f} ({_num(metrics.get('disc_loss_constant_predictor'), 4)})"
 
 
+def _export(result: Optional[dict], results_dir: Path) -> str:
+    if result is None:
+        return "not yet"
+    model = "MLM model" if result["role"] == "generator" else result["role"]
+    if result["committed"]:
+        where = f"committed in `{os.path.relpath(result['path'], results_dir)}`"
+    else:
+        where = f"20 MB or more, so not committed; kept in `{result['path']}`"
+    return f"its {model} in float16, {result['bytes'] / 1e6:.1f} MB, {where}"
+
+
 def _header(columns: List[str]) -> List[str]:
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
-def _final_table(rows: List[tuple], tasks, paper: bool = False) -> List[str]:
-    """rows: (name, steps, flops, tasks summary); one row each, ranked by GLUE average."""
+def _final_table(rows: List[dict], tasks, paper: bool = False) -> List[str]:
+    """One row per model, ranked by GLUE average."""
     columns = ["model", "steps", "FLOPs"] + [GLUE_FOLDERS[t] for t in tasks] + ["GLUE avg"] + (
         ["paper Table 5"] if paper else [])
     lines = _header(columns)
-    ranked = sorted(rows, key=lambda r: -(r[3]["average"] if r[3]["average"] is not None else -1e9))
-    for name, steps, flops, summary in ranked:
-        cells = [name, str(steps), "–" if flops is None else f"{flops:.2e}"]
-        cells += [_cell(summary["tasks"][t]) for t in tasks] + [_num(summary["average"], 2)]
+    for row in sorted(rows, key=lambda r: -(r["average"] if r["average"] is not None else -1e9)):
+        cells = [row["model"], str(row["steps"]), _flops(row["flops"])]
+        cells += [_cell(row["tasks"][t]) for t in tasks] + [_num(row["average"], 2)]
         if paper:
-            cells.append(str(PAPER_TABLE5.get(name, "–")))
+            cells.append(str(PAPER_TABLE5.get(row["model"], "–")))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def _final_rows(stage: dict) -> List[tuple]:
-    rows = []
-    for run in stage["runs"]:
-        last = run["checkpoints"][-1]
-        rows.append((run["objective"], run["steps"], last["flops"], last))
-    return rows
+def _flops(value) -> str:
+    return "–" if value is None else "0" if value == 0 else f"{value:.2e}"
 
 
 def write_table(results: dict, path: Path) -> None:
@@ -178,6 +155,8 @@ def write_table(results: dict, path: Path) -> None:
         title = {1: "Stage 1: the regime (BERT-MLM pilots against random init)",
                  2: "Stage 2: ELECTRA vs. BERT at equal FLOPs (GLUE dev)",
                  3: "Stage 3: the ablations (Table 5 as measured)"}[stage["stage"]]
+        if stage["budget"].get("substitute"):
+            title = "Stage 3, SUBSTITUTE: all five objectives at a smaller common budget (Table 5 as measured)"
         lines += [f"## {title}", ""]
         if stage["stage"] == 1:
             lines += _header(["pilot", "vocab", "lr", "step", "FLOPs", "held-out MLM acc"]
@@ -187,23 +166,17 @@ def write_table(results: dict, path: Path) -> None:
                     metrics = point["eval"] or {}
                     lines.append("| " + " | ".join(
                         [run["name"], run["vocab"], f"{run['learning_rate']:g}", str(point["step"]),
-                         "–" if point["flops"] is None else f"{point['flops']:.2e}",
-                         _num(metrics.get("masked_lm_accuracy"))] + [_cell(point["tasks"][t]) for t in tasks]
-                        + [_num(point["average"], 2)]) + " |")
+                         _flops(point["flops"]), _num(metrics.get("masked_lm_accuracy"))]
+                        + [_cell(point["tasks"][t]) for t in tasks] + [_num(point["average"], 2)]) + " |")
             for vocab, summary in stage["random_init"].items():
                 lines.append("| " + " | ".join([f"random init ({vocab})", vocab, "–", "0", "0", "–"]
                                                + [_cell(summary["tasks"][t]) for t in tasks]
                                                + [_num(summary["average"], 2)]) + " |")
         elif stage["runs"]:  # a stage its budget rules out has only its notes
-            rows = _final_rows(stage)
-            random_init = stage["random_init"]
-            if stage["stage"] == 3:
-                random_init = results["stages"][1]["random_init"]  # random init has no budget: stage 2's rows
-                if not any(r["objective"] == "electra" for r in stage["runs"]):
-                    rows += _final_rows(results["stages"][1])  # at stage 2's budget: its electra and bert
-            for vocab, summary in random_init.items():
-                rows.append((f"random init ({vocab})", 0, 0.0, summary))
-            lines += _final_table(rows, tasks, paper=stage["stage"] == 3)
+            lines += _final_table(stage["final"], tasks, paper=stage["stage"] == 3)
+            lines += ["", "Ordering and noise:", ""] + [f"- {line}" for line in stage["ordering"]]
+            lines += [f"- HF export ({unit_id.rsplit('/', 1)[1]}): {_export(result, path.parent)}"
+                      for unit_id, result in stage["exports"].items()]
             lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "
                           "predictor's):", ""]
             lines += _header(["model", "step", "FLOPs", "GLUE avg", "held-out AUC", "disc loss (constant)",
@@ -211,8 +184,7 @@ def write_table(results: dict, path: Path) -> None:
             for run in stage["runs"]:
                 for point in run["checkpoints"]:
                     metrics = point["eval"] or {}
-                    lines.append("| " + " | ".join([run["objective"], str(point["step"]),
-                                                    "–" if point["flops"] is None else f"{point['flops']:.2e}",
+                    lines.append("| " + " | ".join([run["objective"], str(point["step"]), _flops(point["flops"]),
                                                     _num(point["average"], 2), _num(metrics.get("disc_auc")),
                                                     _loss(metrics), _num(metrics.get("masked_lm_accuracy"))]) + " |")
         lines += [""] + [f"- {note}" for note in stage["notes"]] + [""]
@@ -223,38 +195,45 @@ def write_plots(results: dict, directory: Path) -> List[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    runs = [(stage, run) for stage in results["stages"] for run in stage["runs"]]
+    colour = {run["name"]: f"C{index % 10}" for index, (_, run) in enumerate(runs)}  # one per run in both plots
+    stages = results["stages"]
+    ruled_out = (stages[0]["complete"] and stages[0]["regime"] is None) or (
+        len(stages) > 1 and stages[1]["complete"] and not stages[1]["runs"])
+    empty = "stage 2 not run (table.md says why)" if ruled_out else None
     written = []
     figure, axis = plt.subplots(figsize=(6, 4))
+    for stage, run in runs:
+        points = [(p["flops"], p["average"]) for p in run["checkpoints"] if p["average"] is not None and p["flops"]]
+        if stage["stage"] > 1 and points:
+            axis.plot(*zip(*points), marker="o", color=colour[run["name"]],
+                      label=f"{run['objective']} (stage {stage['stage']})")
     for stage in results["stages"][1:]:
-        for run in stage["runs"]:
-            points = [(p["flops"], p["average"]) for p in run["checkpoints"] if p["average"] is not None and p["flops"]]
-            if points:
-                axis.plot(*zip(*points), marker="o", label=f"{run['objective']} (stage {stage['stage']})")
         for vocab, summary in stage["random_init"].items():
             if summary["average"] is not None:
                 axis.axhline(summary["average"], linestyle="--", color="grey", label="random init")
     axis.set(xlabel="pretraining FLOPs", ylabel="GLUE dev average", title="GLUE average against pretraining FLOPs")
-    written.append(_save(plt, figure, (axis,), directory / "glue_vs_flops.png"))
+    written.append(_save(plt, figure, (axis,), directory / "glue_vs_flops.png", empty))
     figure, (auc, mlm) = plt.subplots(1, 2, figsize=(10, 4))
-    for stage in results["stages"]:
-        for run in stage["runs"]:
-            for axis, key in ((auc, "disc_auc"), (mlm, "masked_lm_accuracy")):
-                points = [(p["step"], p["eval"][key]) for p in run["checkpoints"] if p["eval"] and key in p["eval"]]
-                if points:
-                    axis.plot(*zip(*points), marker="o", label=f"{run['name']}")
+    for _, run in runs:
+        for axis, key in ((auc, "disc_auc"), (mlm, "masked_lm_accuracy")):
+            points = [(p["step"], p["eval"][key]) for p in run["checkpoints"] if p["eval"] and key in p["eval"]]
+            if points:
+                axis.plot(*zip(*points), marker="o", color=colour[run["name"]], label=run["name"])
     auc.set(xlabel="step", ylabel="held-out AUC (real tokens)", title="discriminator")
     mlm.set(xlabel="step", ylabel="held-out MLM accuracy", title="generator (bert: the model itself)")
-    written.append(_save(plt, figure, (auc, mlm), directory / "pretraining_curves.png"))
+    written.append(_save(plt, figure, (auc, mlm), directory / "pretraining_curves.png", empty))
     return written
 
 
-def _save(plt, figure, axes, path: Path) -> Path:
-    """Legends where there are lines, then the figure as a PNG at `path`."""
+def _save(plt, figure, axes, path: Path, empty: Optional[str] = None) -> Path:
+    """Legends where there are lines, then the figure as a PNG at `path`; an axis without lines
+    says why (`empty`, or that nothing is measured yet) rather than show an empty frame."""
     for axis in axes:
         if axis.lines:
             axis.legend(fontsize=7)
-        else:  # say so, rather than leave an empty frame
-            axis.text(0.5, 0.5, "no measurement yet", ha="center", va="center", transform=axis.transAxes)
+        else:
+            axis.text(0.5, 0.5, empty or "no measurement yet", ha="center", va="center", transform=axis.transAxes)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

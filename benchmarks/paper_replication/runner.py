@@ -250,16 +250,29 @@ def status(ctx: Context, last_stage: int = 3) -> str:
             kinds[unit.kind] = (done + (unit.id not in pending_ids), count + 1)
         eta = estimator.total(pending)
         total += eta
+        if plan.complete and not plan.units:  # ruled out by its budget
+            lines += [f"stage {number}: not run"] + [f"  {note}" for note in plan.notes]
+            continue
         wall, machine = ctx.spent(plan.units, machine=False), ctx.spent(plan.units)
         lines.append(f"stage {number}: {len(plan.units) - len(pending)} done, {len(pending)} remaining"
                      f"{'' if plan.complete else ' (more once these finish)'}; time so far {duration(wall)} "
                      f"({duration(machine)} {ctx.clock} time), ETA {duration(eta)}")
-        lines.append("  " + ", ".join(f"{kind} {done}/{count}" for kind, (done, count) in kinds.items()))
+        if kinds:
+            lines.append("  " + ", ".join(f"{kind} {done}/{count}" for kind, (done, count) in kinds.items()))
         lines += [f"  {note}" for note in plan.notes]
     for number in range(len(plans) + 1, last_stage + 1):
-        lines.append(f"stage {number}: not planned yet (waits for stage {number - 1}'s results)")
+        lines.append(f"stage {number}: {_not_planned(plans)}")
     lines.append(f"remaining (planned units): {sum(map(len, by_stage))}, ETA {duration(total)}")
     return "\n".join(lines)
+
+
+def _not_planned(plans: List[StagePlan]) -> str:
+    """Why a stage after the planned ones has no plan: its predecessor's results are not in yet, or
+    they rule it out (no regime, or a stage that its budget did not let run)."""
+    last = plans[-1]
+    if last.complete and (last.regime is None if len(plans) == 1 else not last.runs):
+        return f"not run (stage {len(plans)}'s note says why)"
+    return f"not planned yet (waits for stage {len(plans)}'s results)"
 
 
 def find_shared_data(repo: Path) -> Optional[Path]:

@@ -202,9 +202,11 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
     frozen = _frozen(ctx, "s2/budget", inputs)
     stage1_hours, finetuning = frozen["stage1_hours"], frozen["finetuning_hours_estimate"]
     hours = min(s.stage2_max_hours, (s.cap_hours - stage1_hours - finetuning) / 2)
+    spent = f"stage 1 took {stage1_hours:.1f} h and stage 2's fine-tuning is estimated at {finetuning:.1f} h"
     if not s.quick and hours < s.min_stage3_hours:
-        return StagePlan(units, complete=True, notes=[f"stage 2 not run: stage 1 took {stage1_hours:.1f} h, which "
-                                                      f"leaves {hours:.2f} h per objective of the cap"])
+        return StagePlan(units, complete=True, notes=[
+            f"stage 2 not run: {spent}, which leaves {hours:.2f} h per objective of the {s.cap_hours:g} h cap "
+            f"(below {s.min_stage3_hours:g} h)"])
     electra_steps = s.fixed_steps if s.quick else (
         hours * 3600 * tokens_per_second(ctx, 2, "electra", regime.vocab) / (s.batch * s.seq))
     flops_budget = electra_steps * step_flops(ctx, "electra", regime.vocab)
@@ -221,7 +223,7 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
     units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks)
     budget = {"hours_each": hours, "flops_each": flops_budget, **frozen}
     return StagePlan(units, complete=True, runs=runs, budget=budget,
-                     notes=[f"budget {flops_budget:.3g} FLOPs each (~{hours:.2f} h of the electra step): "
+                     notes=[f"budget {flops_budget:.3g} FLOPs each (~{hours:.2f} h of the electra step; {spent}): "
                             + ", ".join(f"{r.objective} {r.steps} steps" for r in runs)])
 
 
@@ -233,21 +235,24 @@ def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
     left, per_pass = frozen["left_hours"], frozen["seconds_per_finetuning_pass"]
     hours2, flops2 = stage2.budget["hours_each"], stage2.budget["flops_each"]
     if s.quick or left - _finetuning_hours(ctx, 3, per_pass) >= 3 * hours2:
-        objectives, hours, label = OBJECTIVES_STAGE3, hours2, "stage 2's budget"
+        objectives, hours, label, substitute = OBJECTIVES_STAGE3, hours2, "stage 2's budget", False
     else:
+        substitute = True
         objectives = OBJECTIVES_STAGE2 + OBJECTIVES_STAGE3
         hours = (left - _finetuning_hours(ctx, 5, per_pass)) / 5
         label = f"SUBSTITUTE: all five at {hours:.2f} h each (stage 2's {hours2:.2f} h does not fit the cap)"
         if hours < s.min_stage3_hours:
-            return StagePlan([], complete=True, notes=[f"stage 3 not run: {left:.1f} h left of the cap gives "
-                                                       f"{hours:.2f} h per objective, below {s.min_stage3_hours} h"])
+            return StagePlan([], complete=True, notes=[
+                f"stage 3 not run: stages 1-2 used {s.cap_hours - left:.1f} h of the {s.cap_hours:g} h cap, which "
+                f"leaves {hours:.2f} h per objective after fine-tuning, below {s.min_stage3_hours:g} h"])
     flops_budget = flops2 * hours / hours2 if hours2 else flops2
     runs = _stage_runs(ctx, 3, regime, objectives, flops_budget, hours)
     units = []
     for run in runs:
         units += pretraining_units(ctx, run, step_flops(ctx, run.objective, run.vocab))
         units += finetune_units(ctx, 3, regime.vocab, s.glue_tasks, run, run.steps)
-    return StagePlan(units, complete=True, runs=runs, budget={"hours_each": hours, "flops_each": flops_budget},
+    return StagePlan(units, complete=True, runs=runs,
+                     budget={"hours_each": hours, "flops_each": flops_budget, "substitute": substitute},
                      notes=[f"budget: {label}: " + ", ".join(f"{r.objective} {r.steps} steps" for r in runs)])
 
 

@@ -1,0 +1,100 @@
+"""When stage 1 finds no regime: where, on straight lines in log10 pretraining FLOPs through each
+pilot's checkpoints, the pre-registered rule (every probe task's gain over random init above 0,
+their mean at least the margin) would first hold, and what that costs here and on one GPU.
+
+A line through three checkpoints of one schedule is a rough guide, so each forecast says how far
+past the last checkpoint it reaches and whether a longer pilot with the same vocab and learning
+rate already measured past it without transferring.
+"""
+
+import math
+import statistics
+from typing import Dict, List, Optional, Tuple
+
+GPU_FLOPS_PER_SECOND = 5e12  # assumed: one V100-class GPU sustaining about a third of its float32 peak
+FAR = 1.0  # log10 FLOPs past the last checkpoint beyond which a forecast is flagged (10x)
+
+
+def _line(points) -> Tuple[float, float]:
+    """Least-squares (slope, intercept) of y on x."""
+    xs, ys = zip(*points)
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x in xs)
+    return slope, mean_y - slope * mean_x
+
+
+def hours(seconds: float) -> str:
+    value = seconds / 3600
+    return f"{value:,.0f} h" if value >= 10 else f"{value:.1f} h" if value >= 0.1 else f"{seconds / 60:.0f} min"
+
+
+def gains(run: dict, base: dict, tasks) -> List[Tuple[float, Dict[str, float]]]:
+    """(log10 FLOPs, {task: median gain over random init}) at each checkpoint with every task's medians."""
+    points = []
+    for point in run["checkpoints"]:
+        if point["flops"] and all(point["tasks"].get(t) and base.get(t) for t in tasks):
+            points.append((math.log10(point["flops"]),
+                           {t: point["tasks"][t]["median"] - base[t]["median"] for t in tasks}))
+    return points
+
+
+def where_rule_holds(fits: Dict[str, Tuple[float, float]], margin: float,
+                     last: float) -> Tuple[Optional[float], str]:
+    """The smallest log10 FLOPs past `last` (the last checkpoint's) at which every task's line is
+    above 0 and their mean at least `margin`: (x, "") or (None, why not). Each condition holds on a
+    half-line of x; the rule on their intersection."""
+    mean = (statistics.fmean(f[0] for f in fits.values()), statistics.fmean(f[1] for f in fits.values()))
+    conditions = [(f"{task}'s gain", fit, 0.0) for task, fit in fits.items()] + [("the mean gain", mean, margin)]
+    lows, highs = [], []  # (bound, name, slope, threshold)
+    for name, (slope, intercept), threshold in conditions:
+        if slope == 0 and intercept < threshold:
+            return None, f"{name} does not change with FLOPs and stays below {threshold:g}"
+        if slope != 0:
+            (lows if slope > 0 else highs).append(((threshold - intercept) / slope, name, slope, threshold))
+    low = max(lows)[0] if lows else -math.inf
+    if highs and min(highs)[0] < max(low, last):
+        _, name, slope, threshold = min(highs)
+        return None, f"{name} falls with FLOPs ({slope:+.2f} points per 10x) and stays below {threshold:g} on its line"
+    if low <= last:
+        return None, "the fitted lines meet the rule by its last checkpoint, its medians do not"
+    return low, ""
+
+
+def extrapolation(stage: dict, margin: float, cap_hours: float) -> List[str]:
+    """One line per pilot with at least two checkpoints, then how to run the plan on one GPU."""
+    tasks, lines = stage["tasks"], []
+    measured = {run["name"]: gains(run, stage["random_init"].get(run["vocab"], {}).get("tasks", {}), tasks)
+                for run in stage["runs"]}
+    for run in stage["runs"]:
+        points = measured[run["name"]]
+        if len(points) < 2:
+            continue
+        last_x, last = points[-1]
+        fits = {t: _line([(x, g[t]) for x, g in points]) for t in tasks}
+        text = (f"{run['name']}: at its last checkpoint ({10 ** last_x:.2e} FLOPs) gains "
+                + ", ".join(f"{t} {last[t]:+.2f}" for t in tasks) + f" (mean {statistics.fmean(last.values()):+.2f}); "
+                + "per 10x FLOPs " + ", ".join(f"{t} {fits[t][0]:+.2f}" for t in tasks) + "; ")
+        needed, why_not = where_rule_holds(fits, margin, last_x)
+        if needed is None:
+            lines.append(text + f"no extrapolation: {why_not}")
+            continue
+        flops = 10 ** needed
+        rates = [p["flops_per_machine_second"] for p in run["checkpoints"] if p.get("flops_per_machine_second")]
+        here = f"~{hours(flops / statistics.median(rates))} on this machine, " if rates else ""
+        text += (f"on these lines the rule holds from ~{flops:.2e} pretraining FLOPs from step 0 "
+                 f"({here}~{hours(flops / GPU_FLOPS_PER_SECOND)} on one GPU)")
+        if needed - last_x > FAR:
+            text += f", {10 ** (needed - last_x):,.0f}x past its last checkpoint: a straight line says little that far"
+        for other in stage["runs"]:
+            other_points = measured[other["name"]]
+            if (other is not run and other["vocab"] == run["vocab"] and other["learning_rate"] == run["learning_rate"]
+                    and other_points and other_points[-1][0] >= needed):
+                text += (f"; {other['name']}, with the same vocab and learning rate and a longer schedule, did not "
+                         f"transfer at {10 ** other_points[-1][0]:.2e} FLOPs")
+        lines.append(text)
+    if lines:
+        lines.append(f"one GPU: `python benchmarks/replicate_paper.py --output-dir DIR --results-dir DIR/results "
+                     f"--clock wall` runs this plan there, every budget and the {cap_hours:g} h cap "
+                     f"counting the GPU's wall hours; the GPU times above assume {GPU_FLOPS_PER_SECOND:.0e} FLOP/s "
+                     "sustained")
+    return lines
