@@ -11,8 +11,11 @@ import math
 import statistics
 from typing import Dict, List, Optional, Tuple
 
+from paper_replication.settings import Settings
+
 GPU_FLOPS_PER_SECOND = 5e12  # assumed: one V100-class GPU sustaining about a third of its float32 peak
 FAR = 1.0  # log10 FLOPs past the last checkpoint beyond which a forecast is flagged (10x)
+BEYOND = 6.0  # ... and beyond which none is given (a million times the data)
 
 
 def _line(points) -> Tuple[float, float]:
@@ -53,16 +56,20 @@ def where_rule_holds(fits: Dict[str, Tuple[float, float]], margin: float,
             (lows if slope > 0 else highs).append(((threshold - intercept) / slope, name, slope, threshold))
     low = max(lows)[0] if lows else -math.inf
     if highs and min(highs)[0] < max(low, last):
-        _, name, slope, threshold = min(highs)
-        return None, f"{name} falls with FLOPs ({slope:+.2f} points per 10x) and stays below {threshold:g} on its line"
+        high, name, slope, threshold = min(highs)
+        if high <= last:
+            return None, (f"{name} falls with FLOPs ({slope:+.2f} points per 10x) and its line is below "
+                          f"{threshold:g} by the last checkpoint")
+        return None, (f"{name} falls with FLOPs ({slope:+.2f} points per 10x): its line drops below {threshold:g} "
+                      f"at ~{10 ** high:.2e} FLOPs, before the rest of the rule holds (~{10 ** low:.2e})")
     if low <= last:
         return None, "the fitted lines meet the rule by its last checkpoint, its medians do not"
     return low, ""
 
 
-def extrapolation(stage: dict, margin: float, cap_hours: float) -> List[str]:
+def extrapolation(stage: dict, settings: Settings) -> List[str]:
     """One line per pilot with at least two checkpoints, then how to run the plan on one GPU."""
-    tasks, lines = stage["tasks"], []
+    tasks, margin, lines = stage["tasks"], settings.transfer_margin, []
     measured = {run["name"]: gains(run, stage["random_init"].get(run["vocab"], {}).get("tasks", {}), tasks)
                 for run in stage["runs"]}
     for run in stage["runs"]:
@@ -75,6 +82,8 @@ def extrapolation(stage: dict, margin: float, cap_hours: float) -> List[str]:
                 + ", ".join(f"{t} {last[t]:+.2f}" for t in tasks) + f" (mean {statistics.fmean(last.values()):+.2f}); "
                 + "per 10x FLOPs " + ", ".join(f"{t} {fits[t][0]:+.2f}" for t in tasks) + "; ")
         needed, why_not = where_rule_holds(fits, margin, last_x)
+        if needed is not None and needed - last_x > BEYOND:
+            needed, why_not = None, f"on these lines the rule holds only over {10 ** BEYOND:,.0f}x past it"
         if needed is None:
             lines.append(text + f"no extrapolation: {why_not}")
             continue
@@ -93,8 +102,10 @@ def extrapolation(stage: dict, margin: float, cap_hours: float) -> List[str]:
                          f"transfer at {10 ** other_points[-1][0]:.2e} FLOPs")
         lines.append(text)
     if lines:
+        first = settings.pilots[0].hours
         lines.append(f"one GPU: `python benchmarks/replicate_paper.py --output-dir DIR --results-dir DIR/results "
-                     f"--clock wall` runs this plan there, every budget and the {cap_hours:g} h cap "
-                     f"counting the GPU's wall hours; the GPU times above assume {GPU_FLOPS_PER_SECOND:.0e} FLOP/s "
-                     "sustained")
+                     f"--clock wall` runs this plan there in at most its {settings.cap_hours:g} h cap, every budget "
+                     f"counting the GPU's wall hours (its first {first:g}-hour pilot alone would be "
+                     f"~{first * 3600 * GPU_FLOPS_PER_SECOND:.1e} FLOPs); the GPU times above assume "
+                     f"{GPU_FLOPS_PER_SECOND:.0e} FLOP/s sustained")
     return lines

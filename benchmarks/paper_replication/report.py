@@ -7,7 +7,6 @@ average is the mean of the tasks' medians.
 """
 
 import dataclasses
-import os
 import statistics
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -72,7 +71,7 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
                        "runs": [_run_summary(ctx, run, tasks) for run in plan.runs],
                        "throughput": measured["throughput"], "exports": measured["export"]})
     if plans[0].complete and plans[0].regime is None:
-        stages[0]["extrapolation"] = extrapolation(stages[0], s.transfer_margin, s.cap_hours)
+        stages[0]["extrapolation"] = extrapolation(stages[0], s)
         stages[0]["notes"] = stages[0]["notes"] + stages[0]["extrapolation"]
     for stage in stages[1:]:
         if stage["runs"]:
@@ -112,15 +111,16 @@ def _loss(metrics: dict) -> str:
     return f"{metrics['disc_loss']:.4f} ({_num(metrics.get('disc_loss_constant_predictor'), 4)})"
 
 
-def _export(result: Optional[dict], results_dir: Path) -> str:
+def _export(unit_id: str, result: Optional[dict]) -> str:
+    objective = unit_id.rsplit("/", 1)[1]
     if result is None:
-        return "not yet"
+        return f"- HF export ({objective}): not yet"
     model = "MLM model" if result["role"] == "generator" else result["role"]
     if result["committed"]:
-        where = f"committed in `{os.path.relpath(result['path'], results_dir)}`"
+        where = f"committed in `hf/{objective}` beside this table"
     else:
         where = f"20 MB or more, so not committed; kept in `{result['path']}`"
-    return f"its {model} in float16, {result['bytes'] / 1e6:.1f} MB, {where}"
+    return f"- HF export ({objective}): its {model} in float16, {result['bytes'] / 1e6:.1f} MB, {where}"
 
 
 def _header(columns: List[str]) -> List[str]:
@@ -174,9 +174,8 @@ def write_table(results: dict, path: Path) -> None:
                                                + [_num(summary["average"], 2)]) + " |")
         elif stage["runs"]:  # a stage its budget rules out has only its notes
             lines += _final_table(stage["final"], tasks, paper=stage["stage"] == 3)
-            lines += ["", "Ordering and noise:", ""] + [f"- {line}" for line in stage["ordering"]]
-            lines += [f"- HF export ({unit_id.rsplit('/', 1)[1]}): {_export(result, path.parent)}"
-                      for unit_id, result in stage["exports"].items()]
+            lines += ["", "Ordering and noise:", ""] + [f"- {line}" for line in stage["ordering"] or ["not yet"]]
+            lines += [_export(unit_id, result) for unit_id, result in stage["exports"].items()]
             lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "
                           "predictor's):", ""]
             lines += _header(["model", "step", "FLOPs", "GLUE avg", "held-out AUC", "disc loss (constant)",

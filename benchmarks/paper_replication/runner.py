@@ -250,7 +250,7 @@ def status(ctx: Context, last_stage: int = 3) -> str:
             kinds[unit.kind] = (done + (unit.id not in pending_ids), count + 1)
         eta = estimator.total(pending)
         total += eta
-        if plan.complete and not plan.units:  # ruled out by its budget
+        if plan.complete and not plan.runs and number > 1:  # ruled out by its budget
             lines += [f"stage {number}: not run"] + [f"  {note}" for note in plan.notes]
             continue
         wall, machine = ctx.spent(plan.units, machine=False), ctx.spent(plan.units)
