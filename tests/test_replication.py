@@ -488,3 +488,18 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     time.sleep(0.2)
     spent = stopwatch.elapsed()
     assert spent["seconds"] >= 0.2 and spent["machine_seconds"] == pytest.approx(spent["seconds"], abs=0.01)
+
+
+def test_status_shows_where_a_run_in_training_stands(tmp_path, monkeypatch):
+    """A run with pending segments: its newest checkpoint in the output dir, or that it starts from 0."""
+    from paper_replication.units import Run
+    run = Run("pilot_c", 1, "bert", "learned", 1e-3, 9936, 276, (2484, 4968, 9936))
+    model_dir = tmp_path / "out" / "models" / "pilot_c"
+    params = {"run": "pilot_c", "hparams": {"model_dir": str(model_dir)}, "from_step": 0, "flops_per_step": 1e9}
+    units = [Unit(f"s1/pilot_c/pretrain/{step}", "pretrain", {**params, "step": step}) for step in run.probe_steps]
+    monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage=3: [StagePlan(units, complete=False, runs=[run])])
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    assert "  pilot_c: no checkpoint yet (its pretraining starts from step 0)" in runner.status(ctx, 1).splitlines()
+    model_dir.mkdir(parents=True)
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-4692"\n')
+    assert "  pilot_c: newest checkpoint at step 4,692 of 9,936" in runner.status(ctx, 1).splitlines()

@@ -18,7 +18,7 @@ from electra_tf.progress import format_duration as duration
 from paper_replication.eta import Estimator
 from paper_replication.stages import StagePlan, plan_all
 from paper_replication.store import read_json, write_json
-from paper_replication.units import GLUE_FOLDERS, Context, Unit
+from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoint_step
 
 BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
 CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
@@ -260,10 +260,24 @@ def status(ctx: Context, last_stage: int = 3) -> str:
         if kinds:
             lines.append("  " + ", ".join(f"{kind} {done}/{count}" for kind, (done, count) in kinds.items()))
         lines += [f"  {note}" for note in plan.notes]
+        lines += _training(plan, pending)
     for number in range(len(plans) + 1, last_stage + 1):
         lines.append(f"stage {number}: {_not_planned(plans)}")
     lines.append(f"remaining (planned units): {sum(map(len, by_stage))}, ETA {duration(total)}")
     return "\n".join(lines)
+
+
+def _training(plan: StagePlan, pending: List[Unit]) -> List[str]:
+    """Where each run with pending segments stands: its newest checkpoint in the output dir."""
+    lines, seen = [], set()
+    for unit in pending:
+        if unit.kind == "pretrain" and unit.params["run"] not in seen:
+            seen.add(unit.params["run"])
+            run = next(r for r in plan.runs if r.name == unit.params["run"])
+            step = latest_checkpoint_step(Path(unit.params["hparams"]["model_dir"]))
+            lines.append(f"  {run.name}: newest checkpoint at step {step:,} of {run.steps:,}" if step else
+                         f"  {run.name}: no checkpoint yet (its pretraining starts from step 0)")
+    return lines
 
 
 def _not_planned(plans: List[StagePlan]) -> str:
