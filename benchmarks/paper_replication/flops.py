@@ -12,7 +12,8 @@ How each objective of `electra_tf` maps onto it (our reading of the paper's §3.
 - electra, electra_15: discriminator (binary head) + generator (MLM head);
 - bert: one discriminator-sized model with the MLM head;
 - replace_mlm: generator + a discriminator-sized model with the MLM head;
-- all_tokens_mlm: generator + a discriminator-sized model predicting every token (output_frac 1).
+- all_tokens_mlm: generator + a discriminator-sized model predicting every token (output_frac 1),
+  plus its copy gate, a binary head over every position (the paper's copy mechanism).
 """
 
 import dataclasses
@@ -86,11 +87,12 @@ def flops_per_step(objective: str, hidden: int, layers: int, embedding: int, gen
             discriminator=head == "binary")
 
     generator = model(generator_hidden, "mlm")
+    copy_gate = 2 * Transformer(hidden, layers, seq, vocab, e=embedding).binary_output()  # forward + backward
     per_example = {
         "electra": model(hidden, "binary") + generator,
         "electra_15": model(hidden, "binary") + generator,
         "bert": model(hidden, "mlm"),
         "replace_mlm": model(hidden, "mlm") + generator,
-        "all_tokens_mlm": model(hidden, "mlm", output_frac=1.0) + generator,
+        "all_tokens_mlm": model(hidden, "mlm", output_frac=1.0) + generator + copy_gate,
     }[objective]
     return per_example * batch
