@@ -63,6 +63,28 @@ def test_runs_pin_masking_without_replacement(tmp_path):
     assert hparams["mask_with_replacement"] is False and config.mask_with_replacement is False
 
 
+@pytest.mark.parametrize("settings_name", ["REAL", "QUICK"])
+def test_the_flops_count_the_widths_the_runs_train(tmp_path, settings_name):
+    """The FLOPs accounting takes its widths from Settings, the runs from the PretrainingConfig
+    preset: they must be the same model (discriminator and generator), or equal FLOPs would not
+    mean equal compute."""
+    from electra_tf.config import PretrainingConfig
+    from paper_replication import settings as plan
+    from paper_replication.units import run_hparams, schedule
+    s = getattr(plan, settings_name)
+    ctx = Context(s, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    run = schedule(s, 0.0, 100, "s2_electra", 2, "electra", "bert", 1e-3, (1.0,), steps=100)
+    hparams = {**run_hparams(ctx, run), "vocab_size": 100}
+    config = PretrainingConfig.from_hparams("s2_electra", str(tmp_path / "m"), hparams)
+    discriminator, generator = config.discriminator_config(), config.generator_config()
+    assert (discriminator.hidden_size, discriminator.num_hidden_layers, discriminator.embedding_size) == (
+        s.hidden, s.layers, s.embedding)
+    assert (generator.hidden_size, generator.num_hidden_layers) == (s.generator_hidden, s.layers)
+    assert discriminator.intermediate_size == 4 * s.hidden and generator.intermediate_size == 4 * s.generator_hidden
+    heads = (discriminator.num_attention_heads, generator.num_attention_heads)
+    assert heads == (s.hidden // 64, s.generator_hidden // 64)
+
+
 def test_a_budget_is_computed_once(tmp_path):
     """Stage 2's and 3's budget inputs are stored when first planned and read back afterwards, so a
     restart on newer code or a later record cannot move a budget whose runs have started."""
