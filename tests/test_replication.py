@@ -2,7 +2,8 @@
 budgets, run locking, the clock a replication keeps, stage 1's stop without a regime (with the
 committed pilots), and `--quick` end to end: the pipeline, resumption (a rerun redoes no finished
 unit), `--status` and the format of results.json / table.md (never the numbers, which mean
-nothing at that size). The workers' time records: test_replication_worker.py."""
+nothing at that size). The workers' time records: test_replication_worker.py; the status lines,
+the extrapolation and the ordering on synthetic results: test_replication_report.py."""
 
 import contextlib
 import json
@@ -10,7 +11,6 @@ import math
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -364,101 +364,6 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     assert "stage 2: not run (stage 1's note says why)" in status and "stage 3: not run" in status
 
 
-def test_status_says_a_stage_its_budget_rules_out_is_not_run(tmp_path, monkeypatch):
-    from paper_replication.units import Run
-    regime = Run("pilot_a", 1, "bert", "learned", 1e-3, 12, 12, (12,))
-    plans = [StagePlan([], complete=True, runs=[regime], regime=regime),
-             StagePlan([], complete=True, notes=["stage 2 not run: stage 1 took 29.0 h"])]
-    monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage=3: plans)
-    lines = runner.status(Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)).splitlines()
-    assert lines[-4:] == ["stage 2: not run", "  stage 2 not run: stage 1 took 29.0 h",
-                          "stage 3: not run (stage 2's note says why)", "remaining (planned units): 0, ETA 0s"]
-
-
-@pytest.mark.parametrize("fits, last, expected", [
-    ({"sst": (2.0, -30.0), "mrpc": (1.0, -14.0)}, 15.0, 46 / 3),  # sst > 0 from 15, mrpc from 14, mean >= 1 from 15.33
-    ({"sst": (2.0, -34.0), "mrpc": (1.0, -14.0)}, 15.0, 17.0),  # sst's own root decides
-    ({"sst": (-0.5, 7.6), "mrpc": (3.0, -45.0)}, 15.0,  # sst < 0 from 15.2, mean >= 1 from 15.76
-     "sst's gain falls with FLOPs (-0.50 points per 10x): its line drops below 0 at ~1.58e+15 FLOPs, before the rest "
-     "of the rule holds (~5.75e+15)"),
-    ({"sst": (-1.0, 14.0), "mrpc": (-1.0, 14.0)}, 15.0,  # every gain falls and is below already
-     "the mean gain falls with FLOPs (-1.00 points per 10x) and its line is below 1 by the last checkpoint"),
-    ({"sst": (0.0, -1.0), "mrpc": (1.0, -10.0)}, 15.0, "does not change"),
-    ({"sst": (1.0, -10.0), "mrpc": (1.0, -10.0)}, 15.0, "meet the rule by its last checkpoint"),  # holds from 11
-])
-def test_extrapolation_finds_where_the_whole_rule_holds(fits, last, expected):
-    from paper_replication.extrapolation import where_rule_holds
-    needed, why_not = where_rule_holds(fits, 1.0, last)
-    if isinstance(expected, float):
-        assert needed == pytest.approx(expected) and why_not == ""
-    else:
-        assert needed is None and expected in why_not, why_not
-
-
-def _pilot(name, gains, rate=1e11):
-    """A stage-1 run summary: checkpoints at the given FLOPs with median gains over a random init of 70."""
-    return {"name": name, "vocab": "learned", "learning_rate": 1e-3, "checkpoints": [
-        {"flops": flops, "flops_per_machine_second": rate, "tasks": {t: {"median": 70 + gain} for t in ("sst", "mrpc")}}
-        for flops, gain in gains]}
-
-
-def test_the_extrapolation_flags_far_forecasts_and_longer_pilots_that_measured_past_them():
-    from paper_replication.extrapolation import extrapolation
-    from paper_replication.settings import REAL
-    base = {"learned": {"tasks": {t: {"median": 70.0} for t in ("sst", "mrpc")}}}
-    # pilot a: +0.5 per 10x, the margin (mean >= 1) at 1e16; pilot c (same vocab and lr) measured at 2e16
-    # without transferring, and its own gain barely grows: no forecast within a million times its data
-    stage = {"tasks": ["sst", "mrpc"], "random_init": base,
-             "runs": [_pilot("pilot_a", [(1e14, 0.0), (1e15, 0.5)]), _pilot("pilot_c", [(1e15, 0.2), (2e16, 0.2003)])]}
-    line_a, line_c, gpu = extrapolation(stage, REAL)
-    assert line_a == ("pilot_a: at its last checkpoint (1.00e+15 FLOPs) gains sst +0.50, mrpc +0.50 (mean +0.50); "
-                      "per 10x FLOPs sst +0.50, mrpc +0.50; on these lines the rule holds from ~1.00e+16 pretraining "
-                      "FLOPs from step 0 (~28 h on this machine, ~0.6 h on one GPU); pilot_c, with the same vocab and "
-                      "learning rate and a longer schedule, did not transfer at 2.00e+16 FLOPs")
-    assert line_c.endswith("no extrapolation: on these lines the rule holds only over 1,000,000x past it")
-    assert gpu.startswith("one GPU: `python benchmarks/replicate_paper.py --output-dir DIR --results-dir DIR/results "
-                          "--clock wall` runs this plan there in at most its 30 h cap")
-    stage["runs"] = [_pilot("pilot_b", [(1e14, -2.0), (1e15, -1.5)])]  # the margin at 1e20: 100,000x past
-    (line_b, _) = extrapolation(stage, REAL)
-    assert "the rule holds from ~1.00e+20 pretraining FLOPs" in line_b
-    assert line_b.endswith(", 100,000x past its last checkpoint: a straight line says little that far")
-
-
-def test_the_ordering_says_which_differences_are_within_the_seed_spread():
-    """Seed-wise GLUE averages (seed k over the tasks); neighbours whose ranges overlap are within
-    noise; the pairs Table 5 orders are counted as measured (its tie, replace_mlm = electra_15, is not a pair)."""
-    from paper_replication.ordering import ordering, seedwise_averages
-
-    def summary(cola, sst):
-        return {"tasks": {"cola": {"seeds": cola}, "sst": {"seeds": sst}},
-                "average": statistics.fmean([statistics.median(cola), statistics.median(sst)])}
-    rows = [("bert", summary([10, 12, 11], [80, 81, 82])), ("electra", summary([14, 15, 16], [84, 86, 85])),
-            ("electra_15", summary([11, 13, 12], [81, 83, 82])), ("replace_mlm", summary([11, 12, 13], [82, 81, 83])),
-            ("random init (learned)", summary([0, 1, 2], [70, 71, 72])),
-            ("all_tokens_mlm", {"tasks": {"cola": {"seeds": [1]}, "sst": None}, "average": None})]  # trials missing
-    assert seedwise_averages(rows[0][1], ("cola", "sst")) == [45.0, 46.5, 46.5]
-    ranking, neighbours, paper, waiting = ordering(rows, ("cola", "sst"))
-    assert waiting == "not yet ranked (trials missing): all_tokens_mlm"
-    assert ranking.startswith("measured ordering by GLUE average (min–max of the seed-wise averages): "
-                              "electra 50.00 (49.00–50.50) > electra_15 47.00 (46.00–48.00) = "
-                              "replace_mlm 47.00 (46.50–48.00) > bert 46.00 (45.00–46.50) > random init (learned)")
-    assert neighbours.startswith("neighbours: electra − electra_15 +3.00, beyond the seed spread; electra_15 − "
-                                 "replace_mlm +0.00, tied; replace_mlm − bert +1.00, within noise;")  # touching
-    # Table 5 orders electra > electra_15, replace_mlm > bert, electra > replace_mlm, electra_15 > bert, electra > bert
-    assert paper.startswith("paper Table 5 (base) orders 5 of these pairs: measured, 5 the same way (3 beyond")
-    # ranked ahead by the medians, behind seed by seed: said so, and never "beyond the seed spread"
-    skewed = [("electra", {"tasks": {"a": {"seeds": [0, 10, 10]}, "b": {"seeds": [10, 0, 10]},
-                                     "c": {"seeds": [10, 10, 0]}}, "average": 10.0}),
-              ("bert", {"tasks": {t: {"seeds": [8, 8, 8]} for t in "abc"}, "average": 8.0}),
-              ("electra_15", {"tasks": {t: {"seeds": [8, 8, 8]} for t in "abc"}, "average": 8.0})]
-    ranking, neighbours, paper = ordering(skewed, "abc")
-    assert " > bert 8.00 (8.00–8.00) = electra_15 8.00 (8.00–8.00)" in ranking
-    assert neighbours.startswith("neighbours: electra − bert +2.00, the other way round seed by seed; "
-                                 "bert − electra_15 +0.00, tied")
-    assert paper.startswith("paper Table 5 (base) orders 3 of these pairs: measured, 2 the same way (0 beyond the "
-                            "seed spread), 0 the other way (0 beyond it), 1 tied")
-
-
 def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, capsys, shared_data):
     """--clock wall (a dedicated GPU machine) makes workers count wall seconds. A replication keeps
     its first run's clock (recorded when a run starts, never by --status), results from before the
@@ -510,18 +415,3 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     time.sleep(0.2)
     spent = stopwatch.elapsed()
     assert spent["seconds"] >= 0.2 and spent["machine_seconds"] == pytest.approx(spent["seconds"], abs=0.01)
-
-
-def test_status_shows_where_a_run_in_training_stands(tmp_path, monkeypatch):
-    """A run with pending segments: its newest checkpoint in the output dir, or that it starts from 0."""
-    from paper_replication.units import Run
-    run = Run("pilot_c", 1, "bert", "learned", 1e-3, 9936, 276, (2484, 4968, 9936))
-    model_dir = tmp_path / "out" / "models" / "pilot_c"
-    params = {"run": "pilot_c", "hparams": {"model_dir": str(model_dir)}, "from_step": 0, "flops_per_step": 1e9}
-    units = [Unit(f"s1/pilot_c/pretrain/{step}", "pretrain", {**params, "step": step}) for step in run.probe_steps]
-    monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage=3: [StagePlan(units, complete=False, runs=[run])])
-    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    assert "  pilot_c: no checkpoint yet (its pretraining starts from step 0)" in runner.status(ctx, 1).splitlines()
-    model_dir.mkdir(parents=True)
-    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-4692"\n')
-    assert "  pilot_c: newest checkpoint at step 4,692 of 9,936" in runner.status(ctx, 1).splitlines()
