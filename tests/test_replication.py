@@ -42,7 +42,14 @@ def test_flops_reproduce_the_original_accounting():
     assert flops_per_step("electra", **base) * 766000 == pytest.approx(6.424541834e19, rel=1e-8)
     # the generator is counted: electra costs more per step than bert, so bert gets more steps
     assert flops_per_step("electra", **small) > flops_per_step("bert", **small)
-    assert flops_per_step("all_tokens_mlm", **small) > flops_per_step("replace_mlm", **small)
+    # all-tokens MLM: replace_mlm's models with the MLM head on every position, plus the copy gate
+    from paper_replication.flops import PAPER_OUTPUT_FRAC, Transformer
+    disc = dict(h=256, l=12, s=128, v=30522, e=128)
+    every_position = (Transformer(**disc, output_frac=1.0).mlm_output()
+                      - Transformer(**disc, output_frac=PAPER_OUTPUT_FRAC).mlm_output())
+    gate = Transformer(**disc).binary_output()
+    assert flops_per_step("all_tokens_mlm", **small) - flops_per_step("replace_mlm", **small) == pytest.approx(
+        2 * (every_position + gate) * 128, rel=1e-12)
 
 
 def test_decision_rule_needs_both_tasks_and_the_margin():
@@ -80,6 +87,7 @@ def test_the_flops_count_the_widths_the_runs_train(tmp_path, settings_name):
     assert (discriminator.hidden_size, discriminator.num_hidden_layers, discriminator.embedding_size) == (
         s.hidden, s.layers, s.embedding)
     assert (generator.hidden_size, generator.num_hidden_layers) == (s.generator_hidden, s.layers)
+    assert generator.embedding_size == s.embedding  # tied: the FLOPs charge the generator the shared table
     assert discriminator.intermediate_size == 4 * s.hidden and generator.intermediate_size == 4 * s.generator_hidden
     heads = (discriminator.num_attention_heads, generator.num_attention_heads)
     assert heads == (s.hidden // 64, s.generator_hidden // 64)

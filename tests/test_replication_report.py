@@ -112,8 +112,6 @@ def test_the_ordering_says_which_differences_are_within_the_seed_spread():
                             "seed spread), 0 the other way (0 beyond it), 1 tied")
 
 
-
-
 def test_status_shows_where_a_run_in_training_stands(tmp_path, monkeypatch):
     """A run with pending segments: its newest checkpoint in the output dir, or that it starts from 0."""
     from paper_replication.units import Run

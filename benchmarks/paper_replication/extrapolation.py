@@ -27,6 +27,7 @@ def _line(points) -> Tuple[float, float]:
 
 
 def hours(seconds: float) -> str:
+    """A duration as the report prints it: whole hours from 10 h, tenths from 0.1 h, else minutes."""
     value = seconds / 3600
     return f"{value:,.0f} h" if value >= 10 else f"{value:.1f} h" if value >= 0.1 else f"{seconds / 60:.0f} min"
 

@@ -60,8 +60,10 @@ def ordering(rows: List[Tuple[str, dict]], tasks) -> List[str]:
         same = [(a, b) for a, b in pairs if average[a] - average[b] >= TIE]
         tied = [(a, b) for a, b in pairs if abs(average[a] - average[b]) < TIE]
         other = [(a, b) for a, b in pairs if average[b] - average[a] >= TIE]
-        beyond = lambda group, ahead: sum(verdict(seeds[p[ahead]], seeds[p[1 - ahead]]) == "beyond the seed spread"
-                                          for p in group)  # noqa: E731
+
+        def beyond(group, ahead: int) -> int:  # pairs of the group whose model `ahead` (0, 1) leads beyond the spread
+            return sum(verdict(seeds[p[ahead]], seeds[p[1 - ahead]]) == "beyond the seed spread" for p in group)
+
         lines.append(
             f"paper Table 5 (base) orders {len(pairs)} of these pairs: measured, {len(same)} the same way "
             f"({beyond(same, 0)} beyond the seed spread), {len(other)} the other way ({beyond(other, 1)} beyond it)"

@@ -112,6 +112,7 @@ def _loss(metrics: dict) -> str:
 
 
 def _export(unit_id: str, result: Optional[dict]) -> str:
+    """table.md's line on an HF export: what it holds, its size, and where it is."""
     objective = unit_id.rsplit("/", 1)[1]
     if result is None:
         return f"- HF export ({objective}): not yet"
@@ -142,6 +143,7 @@ def _final_table(rows: List[dict], tasks, paper: bool = False) -> List[str]:
 
 
 def _flops(value) -> str:
+    """FLOPs in a table cell: "–" unknown, "0" for random init, else 3 significant digits."""
     return "–" if value is None else "0" if value == 0 else f"{value:.2e}"
 
 

@@ -7,7 +7,7 @@ lists what can run now and says it is not `complete`; the runner runs those and 
 
 import dataclasses
 import statistics
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from paper_replication.flops import flops_per_step
 from paper_replication.settings import OBJECTIVES_STAGE2, OBJECTIVES_STAGE3, Pilot
@@ -24,7 +24,7 @@ class StagePlan:
     runs: List[Run] = dataclasses.field(default_factory=list)
     regime: Optional[Run] = None  # stage 1: the run whose settings stages 2 and 3 use
     notes: List[str] = dataclasses.field(default_factory=list)
-    budget: Dict[str, float] = dataclasses.field(default_factory=dict)
+    budget: Dict[str, Union[float, bool]] = dataclasses.field(default_factory=dict)  # hours, FLOPs, substitute
 
 
 def step_flops(ctx: Context, objective: str, vocab: str) -> float:
