@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 from paper_replication.extrapolation import extrapolation
 from paper_replication.ordering import PAPER_TABLE5, ordering
-from paper_replication.stages import StagePlan, plan_all
+from paper_replication.stages import StagePlan, plan_all, rules_out_later
 from paper_replication.store import write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Run, Unit, seed_scores
 
@@ -68,6 +68,7 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
         stages.append({"stage": number, "complete": plan.complete and not ctx.pending(plan.units),
                        "notes": plan.notes, "budget": plan.budget, "tasks": list(tasks),
                        "regime": plan.regime.name if plan.regime else None, "random_init": random,
+                       "rules_out_later": rules_out_later(plan, number),
                        "runs": [_run_summary(ctx, run, tasks) for run in plan.runs],
                        "throughput": measured["throughput"], "exports": measured["export"]})
     if plans[0].complete and plans[0].regime is None:
@@ -198,9 +199,7 @@ def write_plots(results: dict, directory: Path) -> List[Path]:
     import matplotlib.pyplot as plt
     runs = [(stage, run) for stage in results["stages"] for run in stage["runs"]]
     colour = {run["name"]: f"C{index % 10}" for index, (_, run) in enumerate(runs)}  # one per run in both plots
-    stages = results["stages"]
-    ruled_out = (stages[0]["complete"] and stages[0]["regime"] is None) or (
-        len(stages) > 1 and stages[1]["complete"] and not stages[1]["runs"])
+    ruled_out = any(stage["rules_out_later"] for stage in results["stages"][:2])
     empty = "stage 2 not run (table.md says why)" if ruled_out else None
     written = []
     figure, axis = plt.subplots(figsize=(6, 4))

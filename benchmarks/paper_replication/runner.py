@@ -16,7 +16,7 @@ from typing import List, Optional
 
 from electra_tf.progress import format_duration as duration
 from paper_replication.eta import Estimator
-from paper_replication.stages import StagePlan, plan_all
+from paper_replication.stages import StagePlan, plan_all, rules_out_later
 from paper_replication.store import read_json, write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoint_step
 
@@ -242,6 +242,9 @@ def status(ctx: Context, last_stage: int = 3) -> str:
     lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}; budgets count {ctx.clock} seconds"], 0.0
     by_stage = pending_by_stage(ctx, plans)
     for number, plan in enumerate(plans, 1):
+        if number > 1 and rules_out_later(plan, number):  # ruled out by its budget
+            lines += [f"stage {number}: not run"] + [f"  {note}" for note in plan.notes]
+            continue
         pending = by_stage[number - 1]
         pending_ids = {u.id for u in pending}
         kinds = {}
@@ -250,9 +253,6 @@ def status(ctx: Context, last_stage: int = 3) -> str:
             kinds[unit.kind] = (done + (unit.id not in pending_ids), count + 1)
         eta = estimator.total(pending)
         total += eta
-        if plan.complete and not plan.runs and number > 1:  # ruled out by its budget
-            lines += [f"stage {number}: not run"] + [f"  {note}" for note in plan.notes]
-            continue
         wall, machine = ctx.spent(plan.units, machine=False), ctx.spent(plan.units)
         lines.append(f"stage {number}: {len(plan.units) - len(pending)} done, {len(pending)} remaining"
                      f"{'' if plan.complete else ' (more once these finish)'}; time so far {duration(wall)} "
@@ -283,8 +283,7 @@ def _training(plan: StagePlan, pending: List[Unit]) -> List[str]:
 def _not_planned(plans: List[StagePlan]) -> str:
     """Why a stage after the planned ones has no plan: its predecessor's results are not in yet, or
     they rule it out (no regime, or a stage that its budget did not let run)."""
-    last = plans[-1]
-    if last.complete and (last.regime is None if len(plans) == 1 else not last.runs):
+    if rules_out_later(plans[-1], len(plans)):
         return f"not run (stage {len(plans)}'s note says why)"
     return f"not planned yet (waits for stage {len(plans)}'s results)"
 

@@ -27,6 +27,12 @@ class StagePlan:
     budget: Dict[str, Union[float, bool]] = dataclasses.field(default_factory=dict)  # hours, FLOPs, substitute
 
 
+def rules_out_later(plan: StagePlan, number: int) -> bool:
+    """Whether stage `number`'s complete plan leaves no later stage: stage 1 without a regime, or a
+    later stage that its budget did not let run (no runs)."""
+    return plan.complete and (plan.regime is None if number == 1 else not plan.runs)
+
+
 def step_flops(ctx: Context, objective: str, vocab: str) -> float:
     s = ctx.settings
     return flops_per_step(objective, s.hidden, s.layers, s.embedding, s.generator_hidden, s.seq,
