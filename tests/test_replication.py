@@ -1,33 +1,27 @@
-"""benchmarks/replicate_paper.py: the paper's FLOPs accounting, the pre-registered decision rule,
-budgets, run locking, the clock a replication keeps, stage 1's stop without a regime (with the
-committed pilots), and `--quick` end to end: the pipeline, resumption (a rerun redoes no finished
-unit), `--status` and the format of results.json / table.md (never the numbers, which mean
-nothing at that size). The workers' time records: test_replication_worker.py; the status lines,
-the extrapolation and the ordering on synthetic results: test_replication_report.py."""
+"""benchmarks/replicate_paper.py in parts: the paper's FLOPs accounting, the pre-registered
+decision rule, budgets, run locking and the clock a replication keeps. The whole run (`--quick`
+end to end, stage 1's stop without a regime): test_replication_runs.py; the workers' time
+records: test_replication_worker.py; the status lines, the extrapolation and the ordering on
+synthetic results: test_replication_report.py."""
 
 import contextlib
 import json
-import math
 import os
-import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "replicate_paper.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import replicate_paper  # noqa: E402
 from paper_replication import runner  # noqa: E402
 from paper_replication.flops import flops_per_step  # noqa: E402
 from paper_replication.settings import QUICK  # noqa: E402
-from paper_replication.stages import StagePlan, plan_all, transfers  # noqa: E402
+from paper_replication.stages import StagePlan, transfers  # noqa: E402
 from paper_replication.units import Context, Unit  # noqa: E402
 
 
@@ -219,157 +213,6 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     assert ctx.pending(units) == []
     assert replicate_paper.main(["--output-dir", str(tmp_path / "out"), "--max-units", "0"]) == 2
     assert "error: --max-units 0 must be at least 1" in capsys.readouterr().err
-
-
-def _run(out: Path, shared: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    command = [sys.executable, str(SCRIPT), "--output-dir", str(out), "--quick", "--shared-data", str(shared), *args]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=1800)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
-
-
-def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shared_data):
-    out = tmp_path / "out"
-    _run(out, shared_data, "--stage", "1")
-    stage1 = {path: (path.stat().st_mtime_ns, path.read_text()) for path in (out / "units" / "s1").rglob("*.json")}
-    kinds = {path.relative_to(out / "units" / "s1").parts[1] for path in stage1 if "pilot_a" in str(path)}
-    assert kinds == {"pretrain", "eval", "ft", "schedule.json"}, kinds
-    assert not (out / "units" / "s2").exists()  # --stage 1 stops there
-    # every result is also in the (committed) results dir
-    assert all((out / "results" / path.relative_to(out)).is_file() for path in stage1)
-    assert "remaining (planned units): 0" in _run(out, shared_data, "--status", "--stage", "1").stdout
-    assert (out / "run.pid").exists() is False  # removed when the run ends
-
-    second = _run(out, shared_data)
-    assert " start s1/" not in second.stdout  # nothing of stage 1 ran again ...
-    unit_files = [path for path in stage1 if path.name != "schedule.json"]  # the rest: each pilot's schedule
-    assert f"[stage 1] {len(unit_files)} units finished earlier (skipped)" in second.stdout
-    for path, (mtime, text) in stage1.items():  # ... and no result file was rewritten
-        assert path.stat().st_mtime_ns == mtime and path.read_text() == text
-    assert " start s2/s2_electra/pretrain/" in second.stdout and " start s3/" in second.stdout
-
-    status = _run(out, shared_data, "--status").stdout
-    assert status.count(" 0 remaining") == 3 and "remaining (planned units): 0" in status, status
-
-    results = json.loads((out / "results" / "results.json").read_text())
-    assert [s["stage"] for s in results["stages"]] == [1, 2, 3] and all(s["complete"] for s in results["stages"])
-    stage2, stage3 = results["stages"][1], results["stages"][2]
-    assert [r["objective"] for r in stage2["runs"]] == ["electra", "bert"]
-    assert [r["objective"] for r in stage3["runs"]] == ["electra_15", "replace_mlm", "all_tokens_mlm"]
-    electra, bert = stage2["runs"]
-    assert bert["steps"] > electra["steps"]  # the same FLOPs: bert's step is cheaper
-    assert electra["checkpoints"][-1]["flops"] == pytest.approx(bert["checkpoints"][-1]["flops"], rel=0.2)
-    for run in stage2["runs"]:
-        assert len(run["checkpoints"]) == 2
-        for point in run["checkpoints"]:
-            sts = point["tasks"]["sts"]
-            assert sts["n"] == 2 and sts["min"] <= sts["median"] <= sts["max"]
-            assert point["average"] == pytest.approx(sts["median"])
-            assert "masked_lm_accuracy" in point["eval"]
-        assert "disc_auc" in run["checkpoints"][0]["eval"] or run["objective"] == "bert"
-    assert stage2["random_init"]["learned"]["tasks"]["sts"]["n"] == 2
-
-    table = (out / "results" / "table.md").read_text()
-    assert "| model | steps | FLOPs | STS-B | GLUE avg |" in table
-    assert "| model | steps | FLOPs | STS-B | GLUE avg | paper Table 5 |" in table
-    for row in ("| electra |", "| bert |", "| random init (learned) |", "| electra_15 |", "| all_tokens_mlm |"):
-        assert row in table
-    # stage 2 and 3 each rank their models with the seed spread and Table 5's pairs as measured
-    assert table.count("- measured ordering by GLUE average") == 2 and table.count("- neighbours: ") == 2
-    assert "paper Table 5 (base) orders 1 of these pairs" in table and "orders 9 of these pairs" in table
-    assert "- HF export (electra): its discriminator in float16, " in table and "committed in `hf/electra`" in table
-    for png in ("glue_vs_flops.png", "pretraining_curves.png"):
-        assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
-    exported = out / "results" / "hf" / "electra"
-    assert json.loads((exported / "config.json").read_text())["dtype"] == "float16"
-    assert stage2["exports"]["s2/export/electra"]["committed"] is True
-    assert stage2["throughput"]["s2/throughput/electra_learned"]["tokens_per_machine_second"] > 0
-
-    # a new machine: the output dir is gone (results and vocab are committed) and one trial is
-    # not done; its run is trained again, which first needs stage 1's data built again
-    results_dir = tmp_path / "committed"
-    shutil.copytree(out / "results", results_dir)
-    shutil.rmtree(out)
-    (results_dir / "units" / "s2" / "s2_bert" / "ft" / str(bert["steps"]) / "sts" / "seed1.json").unlink()
-    ctx = Context(QUICK, out, results_dir, REPO, shared_data)
-    by_stage = runner.pending_by_stage(ctx, plan_all(ctx))
-    assert len(by_stage) == 2  # stage 3 is planned again once stage 2 is whole
-    assert [u.id for u in by_stage[0]] == ["s1/data/build_learned"]
-    assert [u.id for u in by_stage[1]] == [f"s2/s2_bert/pretrain/{bert['steps']}",
-                                           f"s2/s2_bert/ft/{bert['steps']}/sts/seed1"]
-
-
-def _fake_result(unit: Unit, checkpoint: int) -> dict:
-    """A plausible result of a pilot (c) unit; its SST-2 / MRPC scores rise with the checkpoint
-    (0, 1, 2) but stay below random init on SST-2, so the pilot does not transfer."""
-    params, time_spent = unit.params, {"seconds": 60.0, "machine_seconds": 50.0}
-    if unit.kind == "pretrain":
-        steps = params["step"] - params["from_step"]
-        return {**time_spent, "step": params["step"], "flops": params["step"] * params["flops_per_step"],
-                "steps_timed": steps, "tokens_per_machine_second": steps * params["tokens_per_step"] / 50.0}
-    if unit.kind == "eval":
-        return {**time_spent, "step": params["step"], "flops": params["flops"],
-                "metrics": {"masked_lm_accuracy": 0.2 + 0.01 * checkpoint, "masked_lm_loss": 5.5, "loss": 5.5}}
-    value = (73.0 if params["task"] == "sst" else 70.0) + 0.5 * checkpoint
-    scores = {"accuracy": value} if params["task"] == "sst" else {"accuracy": value, "f1": value}
-    return {**time_spent, "task": params["task"], "seed": params["seed"], "scores": {params["task"]: scores}}
-
-
-def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, shared_data, monkeypatch, capsys):
-    """The committed results of pilots (a) and (b), and a pilot (c) that does not transfer (fake
-    results): stage 1 is complete without a regime, stage 2 is never planned, the run stops with
-    the reason, and the report carries the extrapolation (FLOPs, hours here and on one GPU)."""
-    from paper_replication.report import write_report
-    from paper_replication.settings import REAL
-    from paper_replication.stages import plan_all, plan_stage1
-    committed = REPO / "benchmarks" / "replication"
-    results = tmp_path / "results"
-    shutil.copytree(committed / "vocab", results / "vocab")
-    for path in (committed / "units" / "s1").iterdir():
-        if path.name != "pilot_c":  # pilot (c) gets the fake results below, whatever its real outcome
-            shutil.copytree(path, results / "units" / "s1" / path.name)
-    ctx = Context(REAL, tmp_path / "out", results, REPO, shared_data)
-    for _ in range(10):
-        plan = plan_stage1(ctx)
-        if plan.complete:
-            break
-        run = plan.runs[-1]
-        assert run.name == "pilot_c"
-        for unit in plan.units:
-            if unit.id.startswith("s1/pilot_c/") and ctx.result(unit.id) is None:
-                checkpoint = run.probe_steps.index(int(unit.id.split("/")[3]))
-                ctx.store.write(unit.id, _fake_result(unit, checkpoint))
-    plans = plan_all(ctx)
-    assert len(plans) == 1 and plans[0].complete and plans[0].regime is None
-    assert any(note.startswith("pilot c: gains sst -1.") and note.endswith("stages 2 and 3 are not run")
-               for note in plans[0].notes), plans[0].notes
-
-    monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
-    monkeypatch.setattr(runner, "run_worker", lambda *args: pytest.fail("no unit may run"))
-    assert runner.execute(ctx, 3, write_report) == 0
-    assert "stopped after stage 1: " in capsys.readouterr().out
-    stage = json.loads((results / "results.json").read_text())["stages"][0]
-    (line,) = [line for line in stage["extrapolation"] if line.startswith("pilot_c:")]
-    from paper_replication.extrapolation import GPU_FLOPS_PER_SECOND, hours
-    found = re.search(r"the rule holds from ~(\S+) pretraining FLOPs from step 0 \(~\S+ (h|min) on this machine", line)
-    flops = float(found[1])
-    assert f"~{hours(flops / GPU_FLOPS_PER_SECOND)} on one GPU)" in line
-    # the rule on straight lines in log FLOPs: every task's gain above 0 and their mean >= 1
-    random = {task: stage["random_init"]["learned"]["tasks"][task]["median"] for task in ("sst", "mrpc")}
-    x = [math.log10(p["flops"]) for p in stage["runs"][2]["checkpoints"]]
-    fits = {task: numpy.polyfit(x, [base + 0.5 * k - random[task] for k in range(3)], 1)
-            for task, base in (("sst", 73.0), ("mrpc", 70.0))}
-    roots = [-fit[1] / fit[0] for fit in fits.values()]
-    mean_fit = (fits["sst"] + fits["mrpc"]) / 2
-    roots.append((1.0 - mean_fit[1]) / mean_fit[0])
-    assert f"per 10x FLOPs sst {fits['sst'][0]:+.2f}, mrpc {fits['mrpc'][0]:+.2f}" in line
-    assert math.log10(flops) == pytest.approx(max(roots), abs=0.01)
-    assert stage["extrapolation"][-1].startswith("one GPU: `python benchmarks/replicate_paper.py ")
-    table = (results / "table.md").read_text()
-    assert line in table and "| pilot_c | learned | 0.001 | 9936 |" in table
-    status = runner.status(ctx)
-    assert "stage 2: not run (stage 1's note says why)" in status and "stage 3: not run" in status
 
 
 def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, capsys, shared_data):

@@ -1,6 +1,6 @@
 """benchmarks/replicate_paper.py's reading of results: `--status` lines, the extrapolation of the
 decision rule when stage 1 finds no regime, and the Table 5 ordering with its seed spread. Pure
-Python on synthetic summaries (the end-to-end report is in test_replication.py)."""
+Python on synthetic summaries (the end-to-end report is in test_replication_runs.py)."""
 
 import statistics
 import sys
