@@ -20,8 +20,10 @@ SCRIPT = REPO / "benchmarks" / "replicate_paper.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from paper_replication import runner  # noqa: E402
-from paper_replication.settings import QUICK  # noqa: E402
-from paper_replication.stages import plan_all  # noqa: E402
+from paper_replication.extrapolation import GPU_FLOPS_PER_SECOND, hours  # noqa: E402
+from paper_replication.report import write_report  # noqa: E402
+from paper_replication.settings import QUICK, REAL  # noqa: E402
+from paper_replication.stages import plan_all, plan_stage1  # noqa: E402
 from paper_replication.units import Context, Unit  # noqa: E402
 
 
@@ -124,9 +126,6 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     """The committed results of pilots (a) and (b), and a pilot (c) that does not transfer (fake
     results): stage 1 is complete without a regime, stage 2 is never planned, the run stops with
     the reason, and the report carries the extrapolation (FLOPs, hours here and on one GPU)."""
-    from paper_replication.report import write_report
-    from paper_replication.settings import REAL
-    from paper_replication.stages import plan_all, plan_stage1
     committed = REPO / "benchmarks" / "replication"
     results = tmp_path / "results"
     shutil.copytree(committed / "vocab", results / "vocab")
@@ -155,7 +154,6 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     assert "stopped after stage 1: " in capsys.readouterr().out
     stage = json.loads((results / "results.json").read_text())["stages"][0]
     (line,) = [line for line in stage["extrapolation"] if line.startswith("pilot_c:")]
-    from paper_replication.extrapolation import GPU_FLOPS_PER_SECOND, hours
     found = re.search(r"the rule holds from ~(\S+) pretraining FLOPs from step 0 \(~\S+ (h|min) on this machine", line)
     flops = float(found[1])
     assert f"~{hours(flops / GPU_FLOPS_PER_SECOND)} on one GPU)" in line
