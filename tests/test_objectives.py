@@ -1,14 +1,14 @@
-"""ELECTRA objectives: masking statistics on real Wikipedia rows, sampling, labels, losses, metrics."""
+"""ELECTRA objectives: masking statistics on real Wikipedia rows, sampling, labels, losses
+(the eval metrics: test_pretraining_metrics.py)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from sklearn.metrics import roc_auc_score
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
-from electra_tf.objectives import (PretrainingMetrics, copy_mechanism_loss, fake_data,
-                                   mask_tokens, mlm_loss, rtd_loss, sample_tokens, total_loss)
+from electra_tf.objectives import (copy_mechanism_loss, fake_data, mask_tokens, mlm_loss, rtd_loss,
+                                   sample_tokens, total_loss)
 from electra_tf.pretraining import PretrainingModel
 
 PAD, CLS, SEP, MASK = 0, 101, 102, 103
@@ -319,81 +319,3 @@ def test_copy_mechanism_loss_against_numpy():
     np.testing.assert_allclose(out.per_token_loss, per_token, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(out.loss, (weights * per_token).sum() / (7 + 1e-6), rtol=1e-4)
     assert out.per_token_loss[0, 3] < 1e-6  # confident, correct copy
-
-
-def metric_batches():
-    rng = np.random.default_rng(3)
-    for _ in range(2):
-        lm_ids = rng.integers(0, 5, (4, 6))
-        weights = (np.arange(6)[None, :] < rng.integers(1, 7, (4, 1))).astype(np.float32)
-        lm_logits = rng.normal(size=(4, 6, 5)).astype(np.float32)
-        sampled = rng.integers(0, 5, (4, 6))
-        input_mask = (np.arange(300)[None, :] < rng.integers(100, 301, (4, 1))).astype(np.int32)
-        labels = (rng.random((4, 300)) < 0.2).astype(np.int32) * input_mask
-        d_logits = (rng.normal(size=(4, 300)) + 1.5 * labels).astype(np.float32)
-        yield lm_ids, weights, lm_logits, sampled, input_mask, labels, d_logits
-
-
-def update(metrics, lm_ids, weights, lm_logits, sampled, input_mask, labels, d_logits):
-    metrics.update_state(masked_lm_ids=lm_ids, masked_lm_weights=weights,
-                         mlm=mlm_loss(lm_logits, lm_ids, weights), sampled_ids=sampled,
-                         rtd=rtd_loss(d_logits, labels, input_mask), rtd_labels=labels,
-                         input_mask=input_mask)
-
-
-def test_metrics_against_hand_computed_values():
-    metrics = PretrainingMetrics()
-    batches = list(metric_batches())
-    for batch in batches:
-        update(metrics, *batch)
-    lm_ids, weights, lm_logits, sampled, input_mask, labels, d_logits = (
-        np.concatenate(parts) for parts in zip(*batches))
-    per_slot = -np.take_along_axis(log_softmax(lm_logits), lm_ids[..., None], -1)[..., 0]
-    probs, preds = 1 / (1 + np.exp(-d_logits)), (d_logits > 0).astype(np.int32)
-    bce = (np.maximum(d_logits, 0) - d_logits * labels + np.log1p(np.exp(-np.abs(d_logits))))
-    correct = preds == labels
-    expected = {
-        "masked_lm_accuracy": (weights * (lm_logits.argmax(-1) == lm_ids)).sum() / weights.sum(),
-        "masked_lm_loss": (weights * per_slot).sum() / weights.sum(),
-        "sampled_masked_lm_accuracy": (weights * (sampled == lm_ids)).sum() / weights.sum(),
-        "disc_loss": ((bce * input_mask).sum(1) / input_mask.sum(1)).mean(),
-        "disc_auc": roc_auc_score(labels[input_mask == 1], probs[input_mask == 1]),  # real tokens
-        "disc_accuracy": (correct * input_mask).sum() / input_mask.sum(),
-        "disc_precision": (correct * preds * input_mask).sum() / (preds * input_mask).sum(),
-        "disc_recall": (correct * labels * input_mask).sum() / (labels * input_mask).sum(),
-        "disc_auc_with_padding": roc_auc_score((labels * input_mask).ravel(), (probs * input_mask).ravel()),
-        "replaced_fraction": ((labels * input_mask).sum(1) / input_mask.sum(1)).mean(),
-    }
-    rate = expected["replaced_fraction"]
-    expected["disc_loss_constant_predictor"] = -rate * np.log(rate) - (1 - rate) * np.log(1 - rate)
-    got = metrics.result()
-    assert list(got) == list(expected)
-    for name, value in expected.items():
-        assert got[name] == pytest.approx(value, abs=1e-3 if name.startswith("disc_auc") else 1e-5), name
-    assert 0.7 < got["disc_auc"] < 0.95
-    # padding scored 0 and labelled 0 adds easy negatives: the original's figure is higher
-    assert got["disc_auc_with_padding"] > got["disc_auc"] + 0.01
-    metrics.reset_state()
-    assert metrics.result()["masked_lm_loss"] == 0.0
-    assert list(PretrainingMetrics(electra_objective=False).names) == [
-        "masked_lm_accuracy", "masked_lm_loss"]
-    assert list(PretrainingMetrics(disc_weight=0.0).names)[-1] == "sampled_masked_lm_accuracy"
-
-
-def test_metrics_update_inside_tf_function_under_a_strategy():
-    batches = list(metric_batches())
-    eager = PretrainingMetrics()
-    for batch in batches:
-        update(eager, *batch)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-    with strategy.scope():
-        metrics = PretrainingMetrics()
-
-    @tf.function
-    def step(*batch):
-        strategy.run(lambda *args: update(metrics, *args), args=batch)
-
-    for batch in batches:
-        step(*(tf.constant(t) for t in batch))
-    for name, value in eager.result().items():
-        assert metrics.result()[name] == pytest.approx(value, abs=1e-6), name

@@ -44,9 +44,10 @@ def test_trains_checkpoints_evaluates_and_resumes(data_dir, capsys):
     assert (model_dir / "config.json").exists() and (model_dir / "vocab.txt").exists()
     assert list((model_dir / "train").glob("events.out.tfevents.*"))
     results = json.loads((model_dir / "results" / "unsup_results.json").read_text())
-    for name in ("masked_lm_accuracy", "masked_lm_loss", "sampled_masked_lm_accuracy", "disc_loss",
-                 "disc_auc", "disc_accuracy", "disc_precision", "disc_recall"):
+    for name in ("masked_lm_accuracy", "masked_lm_accuracy_at_mask", "masked_lm_loss", "sampled_masked_lm_accuracy",
+                 "disc_loss", "disc_auc", "disc_accuracy", "disc_precision", "disc_recall"):
         assert 0.0 <= results[name] < 20.0, name
+    assert "masked_lm_accuracy_at_mask " in out and "(at [MASK] " in out
     assert results["global_step"] == 40 and results["eval_batches"] == 4
     assert results["eval_examples"] == 64  # 4 full batches of 16, num_eval_steps reached
     assert results["eval_complete"] == 0.0 and "not the whole set" in out

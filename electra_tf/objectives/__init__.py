@@ -13,17 +13,18 @@ One step of ELECTRA, from these pieces (the transformers live in `electra_tf.mod
 The paper's efficiency ablations (Table 5) reuse them: "ELECTRA 15%" passes
 `weights=fake.selected` to `rtd_loss`; "Replace MLM" runs `mlm_loss` on a model fed
 `fake.fake_input_ids`; "All-Tokens MLM" adds the copy mechanism of all_tokens_mlm.py.
-`PretrainingMetrics` (metrics.py) streams the original's eight eval metrics.
+`PretrainingMetrics` (metrics.py) streams the original's eight eval metrics and those added
+to judge them.
 """
 
 from electra_tf.objectives.all_tokens_mlm import CopyMlmOutput, copy_mechanism_loss
 from electra_tf.objectives.losses import MlmOutput, RtdOutput, mlm_loss, rtd_loss, total_loss
-from electra_tf.objectives.masking import MaskedLmInputs, mask_tokens
+from electra_tf.objectives.masking import MaskedLmInputs, mask_tokens, slots_showing_mask
 from electra_tf.objectives.metrics import PretrainingMetrics
 from electra_tf.objectives.sampling import FakeData, fake_data, sample_tokens
 
 __all__ = [
     "CopyMlmOutput", "FakeData", "MaskedLmInputs", "MlmOutput", "PretrainingMetrics",
     "RtdOutput", "copy_mechanism_loss", "fake_data", "mask_tokens", "mlm_loss", "rtd_loss",
-    "sample_tokens", "total_loss",
+    "sample_tokens", "slots_showing_mask", "total_loss",
 ]

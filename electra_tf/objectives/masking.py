@@ -155,3 +155,10 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, max_predictions_
 
     return MaskedLmInputs(masked_input_ids=masked_input_ids, masked_lm_positions=positions,
                           masked_lm_ids=lm_ids, masked_lm_weights=tf.cast(used, tf.float32))
+
+
+def slots_showing_mask(masked: MaskedLmInputs, mask_id: int) -> tf.Tensor:
+    """[B, N] float32: 1 for the used slots whose position reads [MASK] in the generator's input,
+    0 for those that read their original token (kept) and for unused slots."""
+    shown = tf.gather(masked.masked_input_ids, masked.masked_lm_positions, batch_dims=1)  # [B, N]
+    return tf.cast(tf.equal(shown, mask_id), tf.float32) * masked.masked_lm_weights

@@ -13,14 +13,15 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.errors import InputError
-from electra_tf.objectives import PretrainingMetrics
+from electra_tf.objectives import PretrainingMetrics, slots_showing_mask
 
 
-def update_metrics(metrics: PretrainingMetrics, features, output) -> None:
+def update_metrics(metrics: PretrainingMetrics, features, output, mask_id: int) -> None:
     """Adds one batch's `PretrainingOutput` to `metrics`."""
     rtd = output.rtd
     metrics.update_state(masked_lm_ids=output.masked.masked_lm_ids,
-                         masked_lm_weights=output.masked.masked_lm_weights, mlm=output.mlm,
+                         masked_lm_weights=output.masked.masked_lm_weights,
+                         slots_at_mask=slots_showing_mask(output.masked, mask_id), mlm=output.mlm,
                          sampled_ids=output.sampled_ids, rtd=rtd,
                          rtd_labels=None if rtd is None else output.fake.is_replaced,
                          input_mask=features["input_mask"])
@@ -46,7 +47,7 @@ class Evaluator:
             seed = tf.random.experimental.stateless_fold_in(self.base_seed, batch)  # fresh masks per batch
             replica = tf.distribute.get_replica_context().replica_id_in_sync_group
             output = self.model(features, training=False, seed=tf.random.experimental.stateless_fold_in(seed, replica))
-            update_metrics(self.metrics, features, output)
+            update_metrics(self.metrics, features, output, self.model.special_ids["mask_id"])
             self.loss.update_state(output.loss)
             self.examples.update_state(tf.cast(tf.shape(features["input_ids"])[0], tf.float32))
 
@@ -88,7 +89,8 @@ def eval_summary(metrics: Dict[str, float]) -> str:
     """One line: how much was evaluated, and the headline metrics over real tokens."""
     seen = (f"{metrics['eval_examples']:,} held-out examples in {metrics['eval_batches']} batches"
             + ("" if metrics["eval_complete"] else " (stopped at num_eval_steps: not the whole set)"))
-    shown = [f"generator accuracy {metrics['masked_lm_accuracy']:.3f}"]
+    shown = [f"generator accuracy {metrics['masked_lm_accuracy']:.3f} "
+             f"(at [MASK] {metrics['masked_lm_accuracy_at_mask']:.3f})"]
     if "disc_auc" in metrics:
         shown += [f"sample = original {metrics['sampled_masked_lm_accuracy']:.3f}",
                   f"real-token AUC {metrics['disc_auc']:.3f}",

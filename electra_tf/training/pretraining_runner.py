@@ -105,7 +105,8 @@ class _Training:
             step_fn = make_train_step(
                 self.model, self.optimizer, stage=stage, jit_compile=config.jit_compile,
                 gradient_accumulation_steps=config.gradient_accumulation_steps,
-                on_output=lambda features, output: update_metrics(self.metrics, features, output))
+                on_output=lambda features, output: update_metrics(
+                    self.metrics, features, output, self.model.special_ids["mask_id"]))
 
         def replica_step(features):
             return step_fn(features, self._seed(self.optimizer.iterations))
