@@ -182,13 +182,14 @@ def write_table(results: dict, path: Path) -> None:
             lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "
                           "predictor's):", ""]
             lines += _header(["model", "step", "FLOPs", "GLUE avg", "held-out AUC", "disc loss (constant)",
-                              "held-out MLM acc"])
+                              "held-out MLM acc", "at [MASK]"])
             for run in stage["runs"]:
                 for point in run["checkpoints"]:
                     metrics = point["eval"] or {}
                     lines.append("| " + " | ".join([run["objective"], str(point["step"]), _flops(point["flops"]),
                                                     _num(point["average"], 2), _num(metrics.get("disc_auc")),
-                                                    _loss(metrics), _num(metrics.get("masked_lm_accuracy"))]) + " |")
+                                                    _loss(metrics), _num(metrics.get("masked_lm_accuracy")),
+                                                    _num(metrics.get("masked_lm_accuracy_at_mask"))]) + " |")
         lines += [""] + [f"- {note}" for note in stage["notes"]] + [""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
@@ -216,10 +217,11 @@ def write_plots(results: dict, directory: Path) -> List[Path]:
     written.append(_save(plt, figure, (axis,), directory / "glue_vs_flops.png", empty))
     figure, (auc, mlm) = plt.subplots(1, 2, figsize=(10, 4))
     for _, run in runs:
-        for axis, key in ((auc, "disc_auc"), (mlm, "masked_lm_accuracy")):
+        for axis, key, style, suffix in ((auc, "disc_auc", "-", ""), (mlm, "masked_lm_accuracy", "-", ""),
+                                         (mlm, "masked_lm_accuracy_at_mask", "--", ", at [MASK]")):
             points = [(p["step"], p["eval"][key]) for p in run["checkpoints"] if p["eval"] and key in p["eval"]]
             if points:
-                axis.plot(*zip(*points), marker="o", color=colour[run["name"]], label=run["name"])
+                axis.plot(*zip(*points), style, marker="o", color=colour[run["name"]], label=run["name"] + suffix)
     auc.set(xlabel="step", ylabel="held-out AUC (real tokens)", title="discriminator")
     mlm.set(xlabel="step", ylabel="held-out MLM accuracy", title="generator (bert: the model itself)")
     written.append(_save(plt, figure, (auc, mlm), directory / "pretraining_curves.png", empty))
