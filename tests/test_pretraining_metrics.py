@@ -1,13 +1,17 @@
 """Pre-training eval metrics: each against a hand computation, under a strategy, and the slots
 that show [MASK] (what masked_lm_accuracy_at_mask counts)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from scipy.special import log_softmax
 from sklearn.metrics import roc_auc_score
 
-from electra_tf.objectives import PretrainingMetrics, mask_tokens, mlm_loss, rtd_loss, slots_showing_mask
+from electra_tf.objectives import (MaskedLmInputs, PretrainingMetrics, mask_tokens, mlm_loss, rtd_loss,
+                                   slots_showing_mask)
+from electra_tf.training.evaluation import update_metrics
 
 MASK = 103
 
@@ -25,11 +29,47 @@ def test_slots_showing_mask_are_the_slots_the_generator_sees_as_mask(with_replac
     np.testing.assert_array_equal(at_mask, (shown == MASK) * weights)
     kept = (weights > 0) & (at_mask == 0)
     np.testing.assert_array_equal(shown[kept], np.take_along_axis(input_ids, positions, 1)[kept])
-    share = at_mask.sum() / weights.sum()
-    if with_replacement:  # a kept slot whose position another slot masked reads [MASK] too
-        assert 0.85 < share < 0.88
-    else:
-        assert share == pytest.approx(0.85, abs=0.01)  # the 85 / 15 split
+    # 85 / 15; with replacement, a kept slot whose position another slot masked reads [MASK] too
+    assert at_mask.sum() / weights.sum() == pytest.approx(0.866 if with_replacement else 0.85, abs=0.01)
+
+
+def test_slots_showing_mask_by_hand():
+    # row: [MASK] at 3 (drawn twice: once masked, once kept), kept at 5, random token at 2,
+    # an unused slot at position 0 (which holds [MASK] here, and still does not count)
+    masked = MaskedLmInputs(masked_input_ids=tf.constant([[MASK, 7, 42, MASK, 9, 11]]),
+                            masked_lm_positions=tf.constant([[3, 3, 5, 2, 0]]),
+                            masked_lm_ids=tf.constant([[8, 8, 11, 10, 0]]),
+                            masked_lm_weights=tf.constant([[1.0, 1.0, 1.0, 1.0, 0.0]]))
+    np.testing.assert_array_equal(slots_showing_mask(masked, MASK), [[1, 1, 0, 0, 0]])
+
+
+def copier_output(mask_token_fraction):
+    """A pretraining output whose generator predicts the token its input shows (a pure copier)."""
+    rng = np.random.default_rng(6)
+    input_ids = rng.integers(1000, 1100, (500, 64)).astype(np.int32)
+    input_mask = np.ones((500, 64), np.int32)
+    masked = mask_tokens(input_ids, input_mask, max_predictions_per_seq=10, mask_id=MASK, cls_id=101,
+                         sep_id=102, mask_token_fraction=mask_token_fraction, seed=tf.constant([1, 9]))
+    shown = tf.gather(masked.masked_input_ids, masked.masked_lm_positions, batch_dims=1)  # [B, N]
+    logits = tf.one_hot(shown, 1100) * 10.0
+    output = SimpleNamespace(masked=masked, mlm=mlm_loss(logits, masked.masked_lm_ids, masked.masked_lm_weights),
+                             sampled_ids=None, rtd=None)
+    return {"input_mask": tf.constant(input_mask)}, output
+
+
+def test_a_copying_generator_scores_the_kept_share_overall_and_zero_at_mask():
+    metrics = PretrainingMetrics(electra_objective=False)
+    update_metrics(metrics, *copier_output(0.85), mask_id=MASK)
+    result = metrics.result()
+    assert result["masked_lm_accuracy_at_mask"] == 0.0
+    assert result["masked_lm_accuracy"] == pytest.approx(1 - 0.866, abs=0.01)  # the slots reading their token
+
+
+def test_accuracy_at_mask_is_left_out_when_no_slot_shows_mask():
+    metrics = PretrainingMetrics(electra_objective=False)
+    update_metrics(metrics, *copier_output(0.0), mask_id=MASK)
+    result = metrics.result()
+    assert list(result) == ["masked_lm_accuracy", "masked_lm_loss"] and result["masked_lm_accuracy"] == 1.0
 
 
 def metric_batches():

@@ -158,7 +158,8 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, max_predictions_
 
 
 def slots_showing_mask(masked: MaskedLmInputs, mask_id: int) -> tf.Tensor:
-    """[B, N] float32: 1 for the used slots whose position reads [MASK] in the generator's input,
-    0 for those that read their original token (kept) and for unused slots."""
+    """[B, N] float32: 1 for the used slots whose position reads [MASK] in the generator's input
+    (a kept slot too, when another slot masked the same position); 0 otherwise: kept and
+    random-token slots, and unused ones."""
     shown = tf.gather(masked.masked_input_ids, masked.masked_lm_positions, batch_dims=1)  # [B, N]
     return tf.cast(tf.equal(shown, mask_id), tf.float32) * masked.masked_lm_weights

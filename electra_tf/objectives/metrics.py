@@ -15,8 +15,10 @@ The original's eight, with the names it logged:
   preds*input_mask and labels*input_mask (real tokens, as in the original).
 Added here, to judge masked_lm_accuracy:
 - masked_lm_accuracy_at_mask: the same, over the slots whose input shows [MASK]. The other
-  slots (15 % in the original's recipe) show the original token, which copying predicts, so
-  masked_lm_accuracy alone reads about 0.15 for a generator that has learned nothing else.
+  slots (1 - mask_token_fraction, 15 % in the original's recipe) show the token to predict,
+  which copying gets right, so masked_lm_accuracy alone reads up to about 0.15 for a generator
+  that has learned nothing else. Left out of `result()` when no slot showed [MASK]
+  (mask_token_fraction 0), rather than read as a measured 0.
 Added here, to judge disc_loss:
 - replaced_fraction: per-example share of real tokens that were replaced, averaged over examples
   (the averaging of disc_loss).
@@ -114,7 +116,8 @@ class PretrainingMetrics(tf.Module):
 
     def result(self) -> dict[str, float]:
         """The metrics so far as Python floats (call eagerly)."""
-        values = {name: float(self.metrics[name].result()) for name in self.names}
+        values = {name: float(self.metrics[name].result()) for name in self.names
+                  if name != "masked_lm_accuracy_at_mask" or float(self.metrics[name].count.read_value()) > 0}
         if "replaced_fraction" in values:
             values["disc_loss_constant_predictor"] = binary_entropy(values["replaced_fraction"])
         return values

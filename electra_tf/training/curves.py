@@ -22,7 +22,8 @@ PANELS = (
                             ("eval", "disc_loss_constant_predictor", "constant predictor (held-out)"))),
     ("held-out real-token AUC", (("eval", "disc_auc", "held-out"),)),
     ("held-out generator accuracy", (("eval", "masked_lm_accuracy", "argmax = original"),
-                                     ("eval", "masked_lm_accuracy_at_mask", "argmax = original, at [MASK]"),
+                                     ("eval", "masked_lm_accuracy_at_mask",
+                                      "argmax = original, at [MASK]"),
                                      ("eval", "sampled_masked_lm_accuracy", "sample = original"))),
 )
 # the columns of `eval_curve_table`: (tag, heading)

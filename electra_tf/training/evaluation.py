@@ -89,8 +89,9 @@ def eval_summary(metrics: Dict[str, float]) -> str:
     """One line: how much was evaluated, and the headline metrics over real tokens."""
     seen = (f"{metrics['eval_examples']:,} held-out examples in {metrics['eval_batches']} batches"
             + ("" if metrics["eval_complete"] else " (stopped at num_eval_steps: not the whole set)"))
-    shown = [f"generator accuracy {metrics['masked_lm_accuracy']:.3f} "
-             f"(at [MASK] {metrics['masked_lm_accuracy_at_mask']:.3f})"]
+    shown = [f"generator accuracy {metrics['masked_lm_accuracy']:.3f}"
+             + (f" (at [MASK] {metrics['masked_lm_accuracy_at_mask']:.3f})"
+                if "masked_lm_accuracy_at_mask" in metrics else "")]
     if "disc_auc" in metrics:
         shown += [f"sample = original {metrics['sampled_masked_lm_accuracy']:.3f}",
                   f"real-token AUC {metrics['disc_auc']:.3f}",

@@ -26,12 +26,13 @@ def summarize_run(first: Dict[str, float], final: Dict[str, float], scale: str) 
     137k training tokens, 600 steps".
     """
     lines = [f"What this run ({scale}) shows:",
-             f"- The generator: held-out accuracy at masked positions "
-             f"{first['masked_lm_accuracy']:.3f} -> {final['masked_lm_accuracy']:.3f}, and "
-             f"{first['masked_lm_accuracy_at_mask']:.3f} -> {final['masked_lm_accuracy_at_mask']:.3f} "
-             f"where its input shows [MASK] (the other positions show the original token, which it "
-             f"learns to copy); its samples equal the original token "
-             f"{final['sampled_masked_lm_accuracy']:.1%} of the time."]
+             f"- The generator: held-out accuracy over all predicted positions "
+             f"{first['masked_lm_accuracy']:.3f} -> {final['masked_lm_accuracy']:.3f}"
+             + (f"; over those showing [MASK] {first['masked_lm_accuracy_at_mask']:.3f} -> "
+                f"{final['masked_lm_accuracy_at_mask']:.3f} (the rest show the token to predict, "
+                f"which copying gets right)" if "masked_lm_accuracy_at_mask" in final else "")
+             + f"; its samples equal the original token {final['sampled_masked_lm_accuracy']:.1%} "
+               f"of the time."]
     loss, constant, auc = final["disc_loss"], final["disc_loss_constant_predictor"], final["disc_auc"]
     if discriminator_learned(final):
         lines.append(f"- The discriminator learned to spot replaced tokens: held-out loss {loss:.4f} "
