@@ -72,13 +72,14 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
             sts = point["tasks"]["sts"]
             assert sts["n"] == 2 and sts["min"] <= sts["median"] <= sts["max"]
             assert point["average"] == pytest.approx(sts["median"])
-            assert "masked_lm_accuracy" in point["eval"]
+            assert "masked_lm_accuracy" in point["eval"] and "masked_lm_accuracy_at_mask" in point["eval"]
         assert "disc_auc" in run["checkpoints"][0]["eval"] or run["objective"] == "bert"
     assert stage2["random_init"]["learned"]["tasks"]["sts"]["n"] == 2
 
     table = (out / "results" / "table.md").read_text()
     assert "| model | steps | FLOPs | STS-B | GLUE avg |" in table
     assert "| model | steps | FLOPs | STS-B | GLUE avg | paper Table 5 |" in table
+    assert "| held-out MLM acc | at [MASK] |" in table
     for row in ("| electra |", "| bert |", "| random init (learned) |", "| electra_15 |", "| all_tokens_mlm |"):
         assert row in table
     # stage 2 and 3 each rank their models with the seed spread and Table 5's pairs as measured
