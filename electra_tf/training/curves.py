@@ -28,8 +28,8 @@ PANELS = (
 )
 # the columns of `eval_curve_table`: (tag, heading)
 TABLE_COLUMNS = (("disc_auc", "real-token AUC"), ("masked_lm_accuracy", "gen. accuracy"),
-                 ("masked_lm_accuracy_at_mask", "at [MASK]"), ("sampled_masked_lm_accuracy", "sample=orig"), ("disc_loss", "disc_loss"),
-                 ("disc_loss_constant_predictor", "constant pred."))
+                 ("masked_lm_accuracy_at_mask", "at [MASK]"), ("sampled_masked_lm_accuracy", "sample=orig"),
+                 ("disc_loss", "disc_loss"), ("disc_loss_constant_predictor", "constant pred."))
 
 
 def read_scalars(log_dir) -> Dict[str, Series]:
