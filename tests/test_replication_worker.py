@@ -15,11 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from paper_replication.settings import QUICK  # noqa: E402
 from paper_replication.units import Context, Unit  # noqa: E402
 
-# A fake training loop's 10 ms steps: a stop must land before all of them (60 s) have run. A 5 s
-# window failed in two CI runs on the 2-core machine (cause not found: alone and in file order,
-# with the SIGINT handler checked after every test, it passes).
-STEPS_UNSTOPPED = 6000
-
 
 def _write_checkpoint(model_dir: Path, step: int) -> None:
     """The files TensorFlow writes for ckpt-<step> (and the run's config and vocab), and the
@@ -86,7 +81,7 @@ def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypa
 
     def training(hparams, stream):
         _write_checkpoint(model_dir, 10)
-        for _ in range(STEPS_UNSTOPPED):  # steps 11-20: stopped within 0.1 s when idle
+        for _ in range(500):  # steps 11-20, up to 5 s
             time.sleep(0.01)
             trained.append(1)
         _write_checkpoint(model_dir, 20)
@@ -95,7 +90,7 @@ def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypa
     units = _segment_units(tmp_path, (10,))
     units[0]["params"]["hparams"]["num_train_steps"] = 20
     worker.do_pretrain(units, store)
-    assert store.read(units[0]["id"])["step"] == 10 and len(trained) < STEPS_UNSTOPPED
+    assert store.read(units[0]["id"])["step"] == 10 and len(trained) < 500
 
 
 def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):
@@ -116,7 +111,7 @@ def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):
 
     def training(hparams, stream):
         _write_checkpoint(model_dir, 10)
-        for _ in range(STEPS_UNSTOPPED):  # stopped within 0.1 s when idle
+        for _ in range(500):  # steps, up to 5 s
             time.sleep(0.01)
             trained.append(1)
         _write_checkpoint(model_dir, 20)
@@ -124,7 +119,7 @@ def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "_pretraining", training)
     with pytest.raises(RuntimeError, match="training was stopped") as raised:
         worker.do_pretrain(_segment_units(tmp_path, (10, 20)), store)
-    assert isinstance(raised.value.__cause__, OSError) and len(trained) < STEPS_UNSTOPPED
+    assert isinstance(raised.value.__cause__, OSError) and len(trained) < 500
     assert store.read("s1/run/pretrain/10") is None
 
 
