@@ -3,6 +3,7 @@ stays on record when a session stops a worker, a resumed run records only what i
 failure to record a segment stops training, and the ETA counts only what remains to train."""
 
 import json
+import signal
 import sys
 import threading
 import time
@@ -14,6 +15,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from paper_replication.settings import QUICK  # noqa: E402
 from paper_replication.units import Context, Unit  # noqa: E402
+
+
+@pytest.fixture(params=["python", "ignored"])
+def sigint_at_start(request):
+    """SIGINT as a worker may find it: Python's KeyboardInterrupt, or ignored, as in any process started
+    with `nohup ... &` (the replication's own workers). The worker's stop must land in both; afterwards
+    the handler is the one it found."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler if request.param == "python" else signal.SIG_IGN)
+    found = signal.getsignal(signal.SIGINT)
+    yield
+    assert signal.getsignal(signal.SIGINT) is found
+    signal.signal(signal.SIGINT, previous)
 
 
 def _write_checkpoint(model_dir: Path, step: int) -> None:
@@ -69,7 +83,7 @@ def test_a_run_trained_again_from_scratch_times_all_its_steps(tmp_path, monkeypa
     assert store.read(units[0]["id"])["steps_timed"] == 20
 
 
-def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypatch):
+def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypatch, sigint_at_start):
     """When only the first segment of a 20-step run is pending (its probe was lost, the rest is
     done), the worker records it and stops training instead of running on to step 20 unrecorded."""
     from paper_replication import worker
@@ -93,7 +107,7 @@ def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypa
     assert store.read(units[0]["id"])["step"] == 10 and len(trained) < 500
 
 
-def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch):
+def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch, sigint_at_start):
     """Should recording a segment fail (say, a full disk while its probe is copied), training stops
     (as on Ctrl-C: a checkpoint at the next loop boundary) instead of running on unrecorded while
     the probe's checkpoint is rotated out; the worker fails with the cause."""

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import sys
 import threading
@@ -189,6 +190,21 @@ def _recording_time(store: Store, unit_id: str):
     store.clear_unrecorded(unit_id, worker)
 
 
+@contextlib.contextmanager
+def _sigint_raises():
+    """Makes SIGINT Python's within: the watcher stops training with `_thread.interrupt_main`, which
+    does nothing while SIGINT is ignored, as it is in a process started with `nohup ... &`."""
+    previous = signal.getsignal(signal.SIGINT)
+    if callable(previous):  # Python's already (the default KeyboardInterrupt or training's own handler)
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def do_pretrain(units: list, store: Store) -> None:
     """Runs the units' pretraining run to its end, recording each segment when its probe is copied."""
     hparams = units[0]["params"]["hparams"]
@@ -247,16 +263,17 @@ def do_pretrain(units: list, store: Store) -> None:
     collect()
     if pending:
         watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
+        with _sigint_raises():
+            watcher.start()
             try:
-                _pretraining(hparams, tee)
-            finally:
-                stop.set()
-                watcher.join()
-        except BaseException:  # the watcher's interrupt may land after training returned, during the join
-            if not (failed or needed_no_more):
-                raise
+                try:
+                    _pretraining(hparams, tee)
+                finally:
+                    stop.set()
+                    watcher.join()
+            except BaseException:  # the watcher's interrupt may land after training returned, during the join
+                if not (failed or needed_no_more):
+                    raise
         if failed:
             raise RuntimeError(f"recording a segment of {model_dir} failed, so training was stopped") from failed[0]
         collect()
