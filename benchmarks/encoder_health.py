@@ -1,0 +1,121 @@
+"""Can this pretrained encoder still be fine-tuned? Three figures, against the same architecture at random init.
+
+    python benchmarks/encoder_health.py MODEL_DIR [--sentences FILE.tsv] [--batch 32] [--seed 0]
+
+MODEL_DIR is an HF ELECTRA discriminator (as `convert_checkpoint.py` or the replication export
+it). On one batch of sentences (the first column of a GLUE-style TSV with a header, by default
+SST-2's training file in ../shared/data), it prints:
+- the scale of every LayerNorm's input (mean over real tokens of the std over features). A
+  LayerNorm divides the gradient that flows back through it by that scale, so a sublayer whose
+  output has grown far past the residual stream's starves everything below it;
+- the gradient norm per block (embeddings, each layer, the head) of fine-tuning's first step:
+  a fresh linear head on [CLS], as the original's classifier, and the summed cross-entropy of a
+  binary task, as the original's fine-tuning loss (labels: the TSV's last column);
+- the token similarity at each layer's output: the mean cosine between the hidden states of any
+  two real tokens of the batch. Near 1, the encoder maps every token to about the same vector.
+Why: an `electra` run whose discriminator collapsed to the prior fine-tuned to the majority class
+on every task (benchmarks/RESULTS.md, the paper replication), and this shows where its gradient
+goes. PyTorch and transformers are needed (a diagnostic, like the peers' benchmarks).
+"""
+
+import argparse
+import csv
+from pathlib import Path
+
+SST2_TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2" / "train.tsv"
+
+
+def read_batch(path: Path, size: int):
+    """The first `size` rows of a TSV with a header: (texts, integer labels from the last column)."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:size + 1]
+    if not rows:
+        raise SystemExit(f"{path}: no rows after the header")
+    try:
+        return [row[0] for row in rows], [int(row[-1]) for row in rows]
+    except ValueError as error:
+        raise SystemExit(f"{path}: the last column must be an integer label ({error})")
+
+
+def block_of(name: str) -> str:
+    """'embeddings', 'layer N' or 'head' for a parameter of `Classifier`."""
+    if ".embeddings" in name or "embeddings_project" in name:
+        return "embeddings"
+    if ".encoder.layer." in name:
+        return "layer " + name.split(".encoder.layer.")[1].split(".")[0]
+    return "head"
+
+
+def health(encoder, features, labels, seed: int = 0) -> dict:
+    """{"layernorm_input_scale": {module name: scale}, "token_similarity": {block: mean cosine},
+    "gradient_norm": {block: norm}} for one batch;
+    features: the tokenizer's tensors [B, L]; labels [B]. Dropout off, so the figures are exact."""
+    import torch
+
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(encoder.config.hidden_size, 2)
+    model = torch.nn.ModuleDict({"encoder": encoder, "head": head}).eval()
+    real = features["attention_mask"].bool()
+    scales, hooks = {}, []
+    for name, module in encoder.named_modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            hooks.append(module.register_forward_hook(
+                lambda _, inputs, __, name=name: scales.__setitem__(name, inputs[0][real].std(-1).mean().item())))
+    outputs = encoder(**features, output_hidden_states=True)
+    for hook in hooks:
+        hook.remove()
+    similarity = {}
+    for depth, states in enumerate(outputs.hidden_states):  # the embeddings' output, then each layer's
+        tokens = torch.nn.functional.normalize(states[real], dim=-1)  # [real tokens, H]
+        similarity["embeddings" if depth == 0 else f"layer {depth - 1}"] = (tokens @ tokens.T).mean().item()
+    hidden = outputs.last_hidden_state  # [B, L, H]
+    loss = torch.nn.functional.cross_entropy(head(hidden[:, 0]), labels, reduction="sum")
+    model.zero_grad()
+    loss.backward()
+    squares = {}
+    for name, parameter in model.named_parameters():
+        if parameter.grad is not None:
+            block = block_of(name)
+            squares[block] = squares.get(block, 0.0) + parameter.grad.pow(2).sum().item()
+    return {"layernorm_input_scale": scales, "token_similarity": similarity,
+            "gradient_norm": {k: v ** 0.5 for k, v in squares.items()}}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model_dir", type=Path, help="an HF ELECTRA discriminator (config.json, weights, vocab.txt)")
+    parser.add_argument("--sentences", type=Path, default=SST2_TRAIN,
+                        help="a TSV with a header: text first, integer label last (default: SST-2 train)")
+    parser.add_argument("--batch", type=int, default=32, help="how many of its rows (default 32)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the head and the random-init model")
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    import torch
+    from transformers import BertTokenizer, ElectraConfig, ElectraForPreTraining, ElectraModel
+
+    torch.set_num_threads(1)
+    texts, labels = read_batch(args.sentences, args.batch)
+    tokenizer = BertTokenizer(str(args.model_dir / "vocab.txt"), do_lower_case=True)
+    features = tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    torch.manual_seed(args.seed)
+    pretrained = ElectraForPreTraining.from_pretrained(args.model_dir, torch_dtype=torch.float32).electra  # no head left over
+    models = {"pretrained": pretrained,
+              "random init": ElectraModel(ElectraConfig.from_pretrained(args.model_dir))}
+    results = {name: health(model, features, torch.tensor(labels), args.seed) for name, model in models.items()}
+    print(f"{args.model_dir}: {len(texts)} sentences from {args.sentences.name}\n")
+    print(f"{'LayerNorm input scale':<44} {'pretrained':>11} {'random init':>11}")
+    for name in results["pretrained"]["layernorm_input_scale"]:
+        print(f"{name:<44} " + " ".join(f"{r['layernorm_input_scale'][name]:>11.2f}" for r in results.values()))
+    print(f"\n{'token similarity at the output of':<44} {'pretrained':>11} {'random init':>11}")
+    for block in results["pretrained"]["token_similarity"]:
+        print(f"{block:<44} " + " ".join(f"{r['token_similarity'][block]:>11.3f}" for r in results.values()))
+    print(f"\n{'gradient norm, first fine-tuning step':<44} {'pretrained':>11} {'random init':>11}")
+    for block in results["pretrained"]["gradient_norm"]:
+        print(f"{block:<44} " + " ".join(f"{r['gradient_norm'][block]:>11.3f}" for r in results.values()))
+
+
+if __name__ == "__main__":
+    main()

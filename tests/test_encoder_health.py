@@ -1,0 +1,68 @@
+"""benchmarks/encoder_health.py: on a tiny ELECTRA whose first FFN output is 30 times the residual
+stream (what the replication's collapsed `electra` showed), it reports that LayerNorm's input grown
+about 30x, the gradient below it shrunk, and the tokens more alike; its TSV reader names a bad file."""
+
+import pytest
+import torch
+from transformers import ElectraConfig, ElectraModel
+
+from benchmarks.encoder_health import block_of, health, read_batch
+
+CONFIG = dict(vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+              num_attention_heads=2, intermediate_size=64, max_position_embeddings=16)
+
+
+def _model(ffn_output_scale: float = 0.0) -> ElectraModel:
+    """A seeded tiny model; with `ffn_output_scale`, layer 0's FFN adds the same vector of that
+    scale to every token, far larger than the residual stream (about 1)."""
+    torch.manual_seed(0)
+    model = ElectraModel(ElectraConfig(**CONFIG))
+    with torch.no_grad():
+        model.encoder.layer[0].output.dense.bias.add_(ffn_output_scale * torch.randn(CONFIG["hidden_size"]))
+    return model
+
+
+def _batch():
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 50, (4, 12), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[2:, 8:] = 0  # two padded rows: their padding is not counted
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}, torch.tensor([0, 1, 0, 1])
+
+
+def test_an_inflated_sublayer_shows_in_all_three_figures():
+    features, labels = _batch()
+    plain, inflated = health(_model(), features, labels), health(_model(30.0), features, labels)
+    name = "encoder.layer.0.output.LayerNorm"
+    assert plain["layernorm_input_scale"][name] == pytest.approx(1.0, abs=0.3)  # residual + FFN at init
+    assert inflated["layernorm_input_scale"][name] == pytest.approx(30.0, rel=0.2)
+    assert inflated["gradient_norm"]["embeddings"] < plain["gradient_norm"]["embeddings"] / 10
+    assert plain["token_similarity"]["layer 0"] < 0.3 and inflated["token_similarity"]["layer 0"] > 0.95
+    assert inflated["token_similarity"]["embeddings"] == pytest.approx(plain["token_similarity"]["embeddings"])
+    assert set(plain["gradient_norm"]) == {"embeddings", "layer 0", "layer 1", "head"}
+    assert list(plain["token_similarity"]) == ["embeddings", "layer 0", "layer 1"]
+
+
+def test_the_figures_are_exact_and_repeatable():
+    """Dropout is off and the head is seeded: the same model and batch give the same numbers."""
+    features, labels = _batch()
+    assert health(_model(), features, labels) == health(_model(), features, labels)
+
+
+def test_parameters_map_to_their_blocks():
+    assert block_of("encoder.embeddings.word_embeddings.weight") == "embeddings"
+    assert block_of("encoder.embeddings_project.weight") == "embeddings"
+    assert block_of("encoder.encoder.layer.11.output.dense.weight") == "layer 11"
+    assert block_of("head.weight") == "head"
+
+
+def test_a_tsv_without_integer_labels_is_refused_by_name(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_text("sentence\tlabel\na fine film\tpositive\n")
+    with pytest.raises(SystemExit, match="bad.tsv: the last column must be an integer label"):
+        read_batch(path, 4)
+    path.write_text("sentence\tlabel\n")
+    with pytest.raises(SystemExit, match="bad.tsv: no rows after the header"):
+        read_batch(path, 4)
+    path.write_text("sentence\tlabel\na fine film\t1\nflat\t0\nmore\t1\n")
+    assert read_batch(path, 2) == (["a fine film", "flat"], [1, 0])
