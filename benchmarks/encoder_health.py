@@ -2,17 +2,17 @@
 
     python benchmarks/encoder_health.py MODEL_DIR [--sentences FILE.tsv] [--batch 32] [--seed 0]
 
-MODEL_DIR is an HF ELECTRA discriminator (as `convert_checkpoint.py` or the replication export
+MODEL_DIR is an HF ELECTRA discriminator (as `convert_checkpoint.py` or the replication exports
 it). On one batch of sentences (the first column of a GLUE-style TSV with a header, by default
 SST-2's training file in ../shared/data), it prints:
 - the scale of every LayerNorm's input (mean over real tokens of the std over features). A
   LayerNorm divides the gradient that flows back through it by that scale, so a sublayer whose
   output has grown far past the residual stream's starves everything below it;
+- the token similarity at each layer's output: the mean cosine between the hidden states of any
+  two real tokens of the batch. Near 1, the encoder maps every token to about the same vector;
 - the gradient norm per block (embeddings, each layer, the head) of fine-tuning's first step:
   a fresh linear head on [CLS], as the original's classifier, and the summed cross-entropy of a
-  binary task, as the original's fine-tuning loss (labels: the TSV's last column);
-- the token similarity at each layer's output: the mean cosine between the hidden states of any
-  two real tokens of the batch. Near 1, the encoder maps every token to about the same vector.
+  binary task, as the original's fine-tuning loss (labels: the TSV's last column).
 Why: an `electra` run whose discriminator collapsed to the prior fine-tuned to the majority class
 on every task (benchmarks/RESULTS.md, the paper replication), and this shows where its gradient
 goes. PyTorch and transformers are needed (a diagnostic, like the peers' benchmarks).
@@ -38,7 +38,7 @@ def read_batch(path: Path, size: int):
 
 
 def block_of(name: str) -> str:
-    """'embeddings', 'layer N' or 'head' for a parameter of `Classifier`."""
+    """'embeddings', 'layer N' or 'head' for a parameter of `health`'s encoder-plus-head model."""
     if ".embeddings" in name or "embeddings_project" in name:
         return "embeddings"
     if ".encoder.layer." in name:

@@ -27,7 +27,8 @@ def _batch():
     ids = torch.randint(5, 50, (4, 12), generator=generator)
     mask = torch.ones_like(ids)
     mask[2:, 8:] = 0  # two padded rows: their padding is not counted
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}, torch.tensor([0, 1, 0, 1])
+    features = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    return features, torch.tensor([0, 1, 0, 1])
 
 
 def test_an_inflated_sublayer_shows_in_all_three_figures():
