@@ -20,9 +20,14 @@ goes. PyTorch and transformers are needed (a diagnostic, like the peers' benchma
 
 import argparse
 import csv
+import sys
 from pathlib import Path
 
-SST2_TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2" / "train.tsv"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.peers import SHARED_DATA  # noqa: E402
+
+SST2_TRAIN = SHARED_DATA / "glue" / "SST-2" / "train.tsv"
 
 
 def read_batch(path: Path, size: int):
