@@ -1,0 +1,310 @@
+"""A peer's pretraining curve on the replication's own TFRecords (issue #17's defect-or-regime check).
+
+The step-parity test proves our step's math for a given batch; it does not cover what reaches the
+step (the TFRecords as our input pipeline reads them, the in-graph masking and sampling) nor a
+whole run. This script trains an independent implementation of the same shape on the same TFRecord
+files and prints its training metrics per window of steps beside the same windows of our run's log.
+Matching curves point to the regime; a clearly faster peer points to a defect on our side.
+
+- `--objective bert` (the replication's pilots): HF transformers' `ElectraForMaskedLM`.
+- `--objective electra` (stage 2's `s2_electra`): HF's `ElectraForMaskedLM` as the generator
+  (1/4 of the width: 64 wide, 1 head, FFN 256) and `ElectraForPreTraining` as the discriminator,
+  sharing one embedding module (word, position and segment tables and their LayerNorm, §6.3) and
+  the generator's output matrix; Gumbel-max samples (temperature 1, no gradient) written into every
+  used slot; labels "sampled != original"; loss MLM + 50 x the discriminator's token-mean sigmoid
+  cross-entropy over the real tokens (§5.2-5.4).
+
+Both use the masking written here from the original's spec (§5.1: 15 % of the real non-special
+tokens, 19 slots, 85 % of the used slots [MASK], the rest kept; positions drawn without
+replacement, as the replication's runs pin `mask_with_replacement: false`, or with
+`--with-replacement` as the original and our default) and the original's optimizer (§7: AdamW
+without bias correction, decay off LayerNorm and biases, global-norm clipping at 1.0, linear decay
+from step 0 to 0 at the run's full step count times a linear warm-up factor).
+
+    .venv/bin/python benchmarks/pretrain_peer_curve.py --data-dir /work/replication/data/learned_seq128 \
+        --ours-log /work/replication/logs/stage1.log --ours-run s1/pilot_a [--steps 300]
+    .venv/bin/python benchmarks/pretrain_peer_curve.py --objective electra --data-dir \
+        /work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage2.log \
+        --ours-run s2/s2_electra --total-steps 4520 --warmup 271
+
+Differences from our run that remain: HF initialises from a normal (ours: truncated normal; the
+discriminator's last layer: glorot uniform), the example order and the random draws differ, and
+the generator's output layer runs on the gathered slots only (as ours does; it is the same math as
+HF's all-position head at these slots). The discriminator's AUC here is exact over the window's
+real tokens; ours bins it at 200 thresholds.
+"""
+
+import argparse
+import glob
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from electra_tf.cli import script_parser  # noqa: E402
+
+SLOTS, MASK_PROB, MASK_FRACTION = 19, 0.15, 0.85  # §3: int((0.15 + 0.005) * 128); §5.1
+BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01  # §7
+
+
+def read_batches(pattern: str, batch: int, seed: int):
+    """Yields dicts of int64 numpy arrays [batch, seq] from the TFRecords, shuffled, repeated."""
+    import tensorflow as tf
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise SystemExit(f"no TFRecords match {pattern}")
+    features = {name: tf.io.VarLenFeature(tf.int64) for name in ("input_ids", "input_mask", "segment_ids")}
+    dataset = (tf.data.TFRecordDataset(files).repeat().shuffle(10000, seed=seed)
+               .map(lambda record: {k: tf.sparse.to_dense(v) for k, v in tf.io.parse_single_example(
+                   record, features).items()}).batch(batch, drop_remainder=True))
+    for example in dataset.as_numpy_iterator():
+        yield example
+
+
+def mask(batch, vocab, rng, with_replacement=False):
+    """The original's dynamic masking (§5.1), in numpy: masked ids, slot positions, targets, weights.
+    Only the used slots (weight 1) can become [MASK]; the original points the others at position 0,
+    which its scatter ignores. Without replacement, a row's used slots are distinct positions."""
+    ids, input_mask = batch["input_ids"], batch["input_mask"]
+    special = np.isin(ids, [vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"]])
+    candidates = (input_mask == 1) & ~special  # [batch, seq]
+    counts = np.maximum(1, np.minimum(SLOTS, np.rint(input_mask.sum(1) * MASK_PROB))).astype(int)
+    positions = np.zeros((len(ids), SLOTS), dtype=np.int64)
+    for row in range(len(ids)):
+        allowed = np.flatnonzero(candidates[row])
+        counts[row] = counts[row] if with_replacement else min(counts[row], len(allowed))
+        drawn = rng.choice(allowed, size=SLOTS if with_replacement else counts[row], replace=with_replacement)
+        positions[row, :len(drawn)] = drawn
+    weights = (np.arange(SLOTS)[None, :] < counts[:, None]).astype(np.float32)  # [batch, slots]
+    targets = np.take_along_axis(ids, positions, 1)
+    masked = ids.copy()
+    to_mask = (rng.random((len(ids), SLOTS)) < MASK_FRACTION) & (weights > 0)
+    rows = np.repeat(np.arange(len(ids)), SLOTS).reshape(len(ids), SLOTS)
+    masked[rows[to_mask], positions[to_mask]] = vocab["[MASK]"]
+    return masked, positions, targets, weights
+
+
+def slot_logits(model, batch, masked, positions):
+    """An `ElectraForMaskedLM`'s logits at the slots: [batch, slots, vocab]."""
+    import torch
+    hidden = model.electra(input_ids=torch.from_numpy(masked), attention_mask=torch.from_numpy(batch["input_mask"]),
+                           token_type_ids=torch.from_numpy(batch["segment_ids"])).last_hidden_state
+    index = torch.from_numpy(positions)[:, :, None].expand(-1, -1, hidden.shape[-1])
+    at_slots = torch.gather(hidden, 1, index)  # [batch, slots, hidden]
+    return model.generator_lm_head(model.generator_predictions(at_slots))
+
+
+def slot_loss(logits, targets, weights):
+    """Weighted mean NLL over the slots (duplicates count twice, §5.4) and the weighted accuracy."""
+    import torch
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), torch.from_numpy(targets), reduction="none")
+    w = torch.from_numpy(weights)
+    correct = (logits.argmax(-1) == torch.from_numpy(targets)).float()
+    return (w * nll).sum() / (w.sum() + 1e-6), float((w * correct).sum() / w.sum())
+
+
+def gumbel_max(logits, generator):
+    """§5.2's sample at temperature 1: argmax(logits + g), g = -log(-log(u + 1e-9) + 1e-9), no gradient."""
+    import torch
+    u = torch.rand(logits.shape, generator=generator)
+    return (logits.detach() - torch.log(-torch.log(u + 1e-9) + 1e-9)).argmax(-1)
+
+
+def fake_input(ids, positions, weights, sampled):
+    """The discriminator's input and labels (§5.2): the original ids with the sample written into
+    every used slot (the kept 15 % too); label 1 where the written id differs from the original."""
+    fake = ids.copy()
+    rows, slots = np.nonzero(weights > 0)
+    fake[rows, positions[rows, slots]] = sampled[rows, slots]
+    return fake, (fake != ids).astype(np.float32)
+
+
+def disc_loss(logits, labels, input_mask):
+    """§5.4: sigmoid cross-entropy summed over every real token, over (1e-6 + their count)."""
+    import torch
+    mask = torch.from_numpy(input_mask).to(logits.dtype)
+    per_token = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(labels),
+                                                                     reduction="none")
+    return (per_token * mask).sum() / (mask.sum() + 1e-6)
+
+
+def roc_auc(scores, labels) -> float:
+    """Exact ROC AUC, ties counted half (the Mann-Whitney U over the positives' average ranks)."""
+    values, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    rank_of_value = np.cumsum(counts) - (counts - 1) / 2.0  # 1-based average rank of each distinct value
+    positive = labels > 0
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    return float((rank_of_value[inverse][positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def learning_rate(step: int, peak: float, warmup: int, total: int) -> float:
+    """The original's schedule (§7): linear decay from step 0 to 0 at `total`, times min(1, step / warmup)."""
+    return peak * (1.0 - min(step, total) / total) * min(1.0, step / warmup)
+
+
+def adamw_step(named_params, state, lr):
+    """The original's AdamWeightDecay (no bias correction; decay on the update, off LayerNorm/bias).
+    `state`: {name: (m, v)}, zeros before the first step."""
+    import torch
+    with torch.no_grad():
+        for name, p in named_params:
+            m, v = state[name]
+            m.mul_(BETA_1).add_(p.grad, alpha=1 - BETA_1)
+            v.mul_(BETA_2).addcmul_(p.grad, p.grad, value=1 - BETA_2)
+            update = m / (v.sqrt() + EPSILON)
+            if not re.search("LayerNorm|bias", name):
+                update = update + WEIGHT_DECAY * p
+            p.sub_(lr * update)
+
+
+def our_windows(log_path: str, run: str, window: int):
+    """{step: {metric: value}} of the full `window`-step windows of one run (e.g. "s1/pilot_a") in
+    the replication's log: its progress lines (`step N/TOTAL (x%) loss L masked_lm_loss L ... | ...`)
+    inside the run's `@@start <run>/pretrain/...` blocks. A line counts only when the previous
+    progress line (or the checkpoint the block resumed from) was `window` steps before: our metrics
+    restart with each segment, so a segment's first line can cover fewer steps. A resumed segment
+    repeats steps: the first full window is kept."""
+    progress = re.compile(r"step (\d+)/\d+ \([^)]*\) ([^|]*)")
+    windows, inside, previous, segment_end = {}, False, 0, 0
+    for line in Path(log_path).read_text().splitlines():
+        if line.startswith("@@start "):
+            inside = line.split()[1].startswith(f"{run}/pretrain/")
+            previous = segment_end  # a segment starts from the last finished one's checkpoint
+        elif line.startswith(f"@@end {run}/pretrain/"):
+            segment_end = int(line.split()[1].rsplit("/", 1)[1])
+        elif inside and (resumed := re.search(r"resuming from .*ckpt-(\d+)", line)):
+            previous = int(resumed.group(1))
+        elif inside and (match := progress.search(line)):
+            step = int(match.group(1))
+            if step - previous == window and step not in windows:
+                pairs = match.group(2).split()
+                windows[step] = {name: float(value) for name, value in zip(pairs[::2], pairs[1::2])}
+            previous = step
+    return windows
+
+
+def build_models(objective: str, vocab_size: int):
+    """(generator, discriminator) of the replication's shape (4 layers, 256 wide, embedding 128);
+    for `bert` the generator is the full-width MLM and there is no discriminator."""
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+    def config(hidden):  # §3: heads max(1, hidden // 64), FFN 4 x hidden
+        return ElectraConfig(vocab_size=vocab_size, embedding_size=128, hidden_size=hidden, num_hidden_layers=4,
+                             num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
+                             max_position_embeddings=512, hidden_act="gelu", layer_norm_eps=1e-12)
+    if objective == "bert":
+        return ElectraForMaskedLM(config(256)).train(), None
+    discriminator = ElectraForPreTraining(config(256)).train()
+    generator = ElectraForMaskedLM(config(64)).train()  # generator_hidden_size 0.25
+    generator.electra.embeddings = discriminator.electra.embeddings  # §6.3: one `electra/embeddings` scope
+    generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+    return generator, discriminator
+
+
+def trainable(**models):
+    """[(name, parameter)] over the models, each shared parameter once (under its first model's name)."""
+    seen, named = set(), []
+    for prefix, model in models.items():
+        for name, parameter in model.named_parameters() if model is not None else ():
+            if parameter.requires_grad and id(parameter) not in seen:
+                seen.add(id(parameter))
+                named.append((f"{prefix}.{name}", parameter))
+    return named
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/pretrain_peer_curve.py --data-dir "
+                           "/work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage1.log")
+    parser.add_argument("--objective", choices=("bert", "electra"), default="bert",
+                        help="MLM alone, or generator and discriminator trained jointly")
+    parser.add_argument("--data-dir", required=True, help="the replication's data dir of one vocab (train/, eval/)")
+    parser.add_argument("--vocab-file", default=str(REPO / "benchmarks/replication/vocab/learned_8192.txt"),
+                        help="the vocab the data dir was built with")
+    parser.add_argument("--ours-log", default=None, help="the replication's log, for the side-by-side windows")
+    parser.add_argument("--ours-run", default="s1/pilot_a", help="the run of --ours-log to compare with")
+    parser.add_argument("--with-replacement", action="store_true",
+                        help="draw masked positions with replacement, as the original (the replication: without)")
+    parser.add_argument("--steps", type=int, default=300, help="training steps of the peer")
+    parser.add_argument("--total-steps", type=int, default=3312, help="the schedule's length (the run's)")
+    parser.add_argument("--warmup", type=int, default=199, help="warm-up steps (the run's)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate (the run's)")
+    parser.add_argument("--batch", type=int, default=128, help="examples per step (the run's)")
+    parser.add_argument("--window", type=int, default=50, help="steps per printed window")
+    parser.add_argument("--seed", type=int, default=1, help="initialisation, order, masking and sampling seed")
+    return parser
+
+
+DISC_WEIGHT = 50.0  # §5.4: 1 x MLM + 50 x disc
+METRICS = {"bert": ("masked_lm_loss", "masked_lm_accuracy"),
+           "electra": ("masked_lm_loss", "masked_lm_accuracy", "disc_loss", "disc_auc")}
+
+
+def train_step(generator, discriminator, batch, vocab, rng, sampler, with_replacement):
+    """One step's loss and metrics; for `electra` also the real tokens' (logits, labels) for the AUC."""
+    import torch
+    masked, positions, targets, weights = mask(batch, vocab, rng, with_replacement)
+    logits = slot_logits(generator, batch, masked, positions)
+    loss, accuracy = slot_loss(logits, targets, weights)
+    metrics, scored = {"masked_lm_loss": float(loss.detach()), "masked_lm_accuracy": accuracy}, None
+    if discriminator is not None:
+        fake, labels = fake_input(batch["input_ids"], positions, weights, gumbel_max(logits, sampler).numpy())
+        disc_logits = discriminator(input_ids=torch.from_numpy(fake), attention_mask=torch.from_numpy(
+            batch["input_mask"]), token_type_ids=torch.from_numpy(batch["segment_ids"])).logits  # [batch, seq]
+        disc = disc_loss(disc_logits, labels, batch["input_mask"])
+        loss = loss + DISC_WEIGHT * disc
+        metrics["disc_loss"] = float(disc.detach())
+        real = batch["input_mask"] == 1
+        scored = (disc_logits.detach().numpy()[real], labels[real])
+    return loss, metrics, scored
+
+
+def main():
+    args = build_parser().parse_args()
+
+    import torch
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(2)
+    sampler = torch.Generator().manual_seed(args.seed)
+    vocab = {token: i for i, token in enumerate(Path(args.vocab_file).read_text().splitlines())}
+    generator, discriminator = build_models(args.objective, len(vocab))
+    named = trainable(generator=generator, discriminator=discriminator)
+    rng = np.random.default_rng(args.seed)
+    state = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in named}
+    names, history, scored = METRICS[args.objective], [], []
+    ours = our_windows(args.ours_log, args.ours_run, args.window) if args.ours_log else {}
+    print(f"{'steps':>11} " + " ".join(f"{'peer ' + n:>24} {'ours':>8}" for n in names) + "   s/step")
+    started = time.time()
+    batches = read_batches(str(Path(args.data_dir) / "train" / "*.tfrecord*"), args.batch, args.seed)
+    for step in range(1, args.steps + 1):
+        loss, metrics, step_scored = train_step(generator, discriminator, next(batches), vocab, rng, sampler,
+                                                args.with_replacement)
+        for _, p in named:
+            p.grad = None
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in named], 1.0)
+        adamw_step(named, state, learning_rate(step - 1, args.learning_rate, args.warmup, args.total_steps))
+        history.append(metrics)
+        if step_scored is not None:
+            scored.append(step_scored)
+        if step % args.window == 0:
+            peer = {n: np.mean([m[n] for m in history[-args.window:]]) for n in names if n != "disc_auc"}
+            if scored:
+                logits, labels = (np.concatenate(part) for part in zip(*scored))
+                peer["disc_auc"] = roc_auc(logits, labels)
+                scored = []
+            theirs = ours.get(step, {})
+            print(f"{step - args.window + 1:>5}-{step:<5} " + " ".join(
+                f"{peer[n]:>24.4f} {theirs.get(n, math.nan):>8.4f}" for n in names)
+                + f"   {(time.time() - started) / step:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
