@@ -2,8 +2,8 @@
 SavedModel (docs/checkpoints.md).
 
     python convert_checkpoint.py from-original --checkpoint PATH --output-dir D/models/M
-    python convert_checkpoint.py to-original   --model-dir D/models/M --output-dir OUT
-    python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT
+    python convert_checkpoint.py to-original   --model-dir D/models/M --output-dir OUT [--step N]
+    python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT [--step N]
     python convert_checkpoint.py from-hf       --hf-dir DIR --output-dir D/models/M
     python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT
     python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1
@@ -11,8 +11,9 @@ SavedModel (docs/checkpoints.md).
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
 takes a trial's dir of run_finetuning.py (a GLUE classifier or STS-B regressor on raw text; --task
-picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). Imports print
-a load report (loaded / missing / unused variables); an existing output dir needs --overwrite.
+picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). to-original and
+to-hf export a model dir's latest checkpoint, or its ckpt-N with --step N. Imports print a load
+report (loaded / missing / unused variables); an existing output dir needs --overwrite.
 """
 
 import argparse
@@ -54,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "from-original":
             sub.add_argument("--vocab-file", default=None, help="the vocab (default: vocab.txt beside the checkpoint)")
     model_dir_help = "a model dir written by run_pretraining.py (its latest checkpoint is used)"
-    command("to-original", "export to the original release's TF1 naming", "--model-dir", model_dir_help)
-    command("to-hf", "export to HF transformers dirs", "--model-dir", model_dir_help)
+    for name, help_text in (("to-original", "export to the original release's TF1 naming"),
+                            ("to-hf", "export to HF transformers dirs")):
+        command(name, help_text, "--model-dir", model_dir_help).add_argument(
+            "--step", type=int, default=None, help="export the model dir's ckpt-STEP instead of its latest")
     served = command("saved-model", "export the discriminator, or a fine-tuned GLUE model, as a SavedModel on "
                      "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
                      "finetuning_models/<tasks>_model_<trial>")
@@ -94,10 +97,10 @@ def main(argv=None) -> int:
                 raise InputError(f"--task: {args.model_dir} is a pretrained model dir (no fine-tuned model)")
             report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision)
         elif args.command == "to-original":
-            print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite)}")
+            print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite, args.step)}")
             return 0
         else:
-            roles = convert.to_hf(args.model_dir, args.output_dir, args.overwrite)
+            roles = convert.to_hf(args.model_dir, args.output_dir, args.overwrite, args.step)
             print("wrote " + ", ".join(f"{args.output_dir}/{role}" for role in roles))
             return 0
     except InputError as error:

@@ -177,3 +177,40 @@ def test_hf_bad_input(tmp_path, vocab_file, capsys):
     code = convert_checkpoint.main(["from-hf", "--hf-dir", str(bert), "--output-dir", str(tmp_path / "models" / "x")])
     assert code == 2 and "no HF ELECTRA config.json" in capsys.readouterr().err
     assert not (tmp_path / "models" / "x").exists()
+
+
+def test_export_of_an_earlier_checkpoint(tmp_path, vocab_file, capsys):
+    """--step exports the model dir's ckpt-N instead of its latest (to-hf and to-original); a step the
+    dir does not keep is one error naming the steps it keeps, with nothing written."""
+    config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64})
+    source = tmp_path / "models" / "m"
+    weights = {}
+    for step, seed in ((2, 8), (5, 7)):  # ckpt-5 is saved last, so it is the latest
+        built = model_dir.build(config, vocab_file)
+        randomize(built.model.variables, seed)
+        built.optimizer.iterations.assign(step)
+        staged = tmp_path / f"staged_{step}"
+        model_dir.save_built(built, config, vocab_file, staged)
+        if step == 2:
+            model_dir.save_built(built, config, vocab_file, source)
+        else:
+            for path in staged.glob("ckpt-5*"):
+                path.rename(source / path.name)
+            (source / "checkpoint").write_text('model_checkpoint_path: "ckpt-5"\n')
+        weights[step] = model_dir.weights_of(built)
+    name = "electra/encoder/layer_0/output/dense/kernel"
+    for args, step in (([], 5), (["--step", "2"], 2)):
+        out = tmp_path / f"hf{args}"
+        assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)] + args) == 0
+        model = transformers.ElectraForPreTraining.from_pretrained(str(out / "discriminator"))
+        np.testing.assert_array_equal(model.electra.encoder.layer[0].output.dense.weight.detach().numpy().T,
+                                      weights[step][name])
+    assert convert_checkpoint.main(["to-original", "--model-dir", str(source), "--output-dir",
+                                    str(tmp_path / "tf1"), "--step", "2"]) == 0
+    assert "model.ckpt-2" in capsys.readouterr().out
+    for command in ("to-hf", "to-original"):
+        out = tmp_path / f"missing_{command}"
+        assert convert_checkpoint.main([command, "--model-dir", str(source), "--output-dir", str(out),
+                                        "--step", "3"]) == 2
+        assert f"model dir {source} has no checkpoint ckpt-3 (it keeps: 2, 5)" in capsys.readouterr().err
+        assert not out.exists()

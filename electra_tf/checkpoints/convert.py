@@ -64,11 +64,11 @@ def from_hf(hf_dir, output_dir, hparams: HParamsSource = None, overwrite: bool =
     return import_weights(hf.read_hf(hf_dir), output_dir, hparams, None, overwrite)
 
 
-def to_original(model_dir_path, output_dir, overwrite: bool = False) -> str:
-    """A model dir's latest checkpoint → TF1 `model.ckpt-<step>` + vocab.txt + hparams.json (the
-    original's --hparams for this architecture). Returns the checkpoint prefix."""
+def to_original(model_dir_path, output_dir, overwrite: bool = False, step: Optional[int] = None) -> str:
+    """A model dir's latest checkpoint (or `ckpt-<step>`) → TF1 `model.ckpt-<step>` + vocab.txt +
+    hparams.json (the original's --hparams for this architecture). Returns the checkpoint prefix."""
     model_dir.check_output(output_dir, overwrite)
-    config, values = model_dir.read_model_dir(model_dir_path)
+    config, values = model_dir.read_model_dir(model_dir_path, model_dir.checkpoint_at(model_dir_path, step))
     with model_dir.staged_output(output_dir, overwrite) as staging:
         prefix = original.write_original(values, staging)
         shutil.copyfile(Path(model_dir_path) / model_dir.VOCAB_FILE, staging / model_dir.VOCAB_FILE)
@@ -89,9 +89,9 @@ def original_hparams(config: PretrainingConfig) -> dict:
             "electra_objective": config.objective != "bert", "max_seq_length": config.max_seq_length}
 
 
-def to_hf(model_dir_path, output_dir, overwrite: bool = False) -> list:
-    """A model dir's latest checkpoint → `<out>/discriminator` and `<out>/generator` HF dirs."""
+def to_hf(model_dir_path, output_dir, overwrite: bool = False, step: Optional[int] = None) -> list:
+    """A model dir's latest checkpoint (or `ckpt-<step>`) → `<out>/discriminator` and `<out>/generator` HF dirs."""
     model_dir.check_output(output_dir, overwrite)
-    config, values = model_dir.read_model_dir(model_dir_path)
+    config, values = model_dir.read_model_dir(model_dir_path, model_dir.checkpoint_at(model_dir_path, step))
     with model_dir.staged_output(output_dir, overwrite) as staging:
         return hf.export_hf(values, config, Path(model_dir_path) / model_dir.VOCAB_FILE, staging)

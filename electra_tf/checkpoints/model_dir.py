@@ -98,6 +98,19 @@ def latest_checkpoint(model_dir) -> str:
     return prefix
 
 
+def checkpoint_at(model_dir, step: Optional[int] = None) -> str:
+    """The prefix of a model dir's checkpoint `ckpt-<step>`, or of its latest when `step` is None
+    (a run keeps `keep_checkpoint_max` of them, so earlier steps can still be exported)."""
+    if step is None:
+        return latest_checkpoint(model_dir)
+    prefix = Path(model_dir) / f"ckpt-{step}"
+    if not Path(f"{prefix}.index").is_file():
+        kept = sorted(int(p.name[5:-6]) for p in Path(model_dir).glob("ckpt-*.index") if p.name[5:-6].isdigit())
+        raise InputError(f"model dir {model_dir} has no checkpoint ckpt-{step} "
+                         f"(it keeps: {', '.join(map(str, kept)) or 'none'})")
+    return str(prefix)
+
+
 def read_model_dir(model_dir, prefix: Optional[str] = None):
     """(config, weights by TF1 name) of a model dir's latest checkpoint (or `prefix`). A
     checkpoint of the model alone (no optimizer) gives the model's weights alone."""
