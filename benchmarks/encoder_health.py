@@ -105,9 +105,9 @@ def main(argv=None) -> None:
     texts, labels = read_batch(args.sentences, args.batch)
     tokenizer = BertTokenizer(str(args.model_dir / "vocab.txt"), do_lower_case=True)
     features = tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
-    torch.manual_seed(args.seed)
     # the encoder of the whole discriminator, so that loading leaves no head unused
     pretrained = ElectraForPreTraining.from_pretrained(args.model_dir, torch_dtype=torch.float32).electra
+    torch.manual_seed(args.seed)  # after loading, which draws any head the dir lacks (an MLM model's)
     models = {"pretrained": pretrained,
               "random init": ElectraModel(ElectraConfig.from_pretrained(args.model_dir))}
     results = {name: health(model, features, torch.tensor(labels), args.seed) for name, model in models.items()}
