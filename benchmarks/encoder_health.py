@@ -2,9 +2,10 @@
 
     python benchmarks/encoder_health.py MODEL_DIR [--sentences FILE.tsv] [--batch 32] [--seed 0]
 
-MODEL_DIR is an HF ELECTRA discriminator (as `convert_checkpoint.py` or the replication exports
-it). On one batch of sentences (the first column of a GLUE-style TSV with a header, by default
-SST-2's training file in ../shared/data), it prints:
+MODEL_DIR is an HF ELECTRA discriminator, or an MLM model (its encoder is read), as
+`convert_checkpoint.py to-hf [--step N]` or the replication exports them. On one batch of
+sentences (the first column of a GLUE-style TSV with a header, by default SST-2's training file in
+../shared/data), it prints:
 - the scale of every LayerNorm's input (mean over real tokens of the std over features). A
   LayerNorm divides the gradient that flows back through it by that scale, so a sublayer whose
   output has grown far past the residual stream's starves everything below it;
@@ -88,7 +89,7 @@ def health(encoder, features, labels, seed: int = 0) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model_dir", type=Path, help="an HF ELECTRA discriminator (config.json, weights, vocab.txt)")
+    parser.add_argument("model_dir", type=Path, help="an HF ELECTRA discriminator or MLM model (config.json, weights, vocab.txt)")
     parser.add_argument("--sentences", type=Path, default=SST2_TRAIN,
                         help="a TSV with a header: text first, integer label last (default: SST-2 train)")
     parser.add_argument("--batch", type=int, default=32, help="how many of its rows (default 32)")

@@ -1,12 +1,13 @@
 """benchmarks/encoder_health.py: on a tiny ELECTRA whose first FFN output is 30 times the residual
 stream (what the replication's collapsed `electra` showed), it reports that LayerNorm's input grown
-about 30x, the gradient below it shrunk, and the tokens more alike; its TSV reader names a bad file."""
+about 30x, the gradient below it shrunk, and the tokens more alike; a discriminator dir and an MLM
+model's dir of the same encoder read the same; its TSV reader names a bad file."""
 
 import pytest
 import torch
 from transformers import ElectraConfig, ElectraModel
 
-from benchmarks.encoder_health import block_of, health, read_batch
+from benchmarks.encoder_health import block_of, health, main, read_batch
 
 CONFIG = dict(vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=2,
               num_attention_heads=2, intermediate_size=64, max_position_embeddings=16)
@@ -67,3 +68,25 @@ def test_a_tsv_without_integer_labels_is_refused_by_name(tmp_path):
         read_batch(path, 4)
     path.write_text("sentence\tlabel\na fine film\t1\nflat\t0\nmore\t1\n")
     assert read_batch(path, 2) == (["a fine film", "flat"], [1, 0])
+
+
+def test_a_discriminator_and_an_mlm_dir_of_one_encoder_read_the_same(tmp_path, capsys):
+    """The same encoder saved under ElectraForPreTraining and ElectraForMaskedLM (the export of an
+    `electra` run and of a `bert` one) prints the same figures, random init included: loading the
+    MLM dir draws its missing head, which must not change the random-init model."""
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+    words = [f"w{i}" for i in range(45)]
+    sentences = tmp_path / "s.tsv"
+    sentences.write_text("sentence\tlabel\n" + "".join(f"{' '.join(words[i:i + 5])}\t{i % 2}\n" for i in range(8)))
+    torch.manual_seed(3)
+    discriminator = ElectraForPreTraining(ElectraConfig(**CONFIG))
+    mlm = ElectraForMaskedLM(ElectraConfig(**CONFIG))
+    mlm.electra.load_state_dict(discriminator.electra.state_dict())
+    printed = []
+    for name, model in (("discriminator", discriminator), ("mlm", mlm)):
+        model.save_pretrained(tmp_path / name)
+        (tmp_path / name / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words))
+        main([str(tmp_path / name), "--sentences", str(sentences), "--batch", "8"])
+        out = capsys.readouterr().out
+        printed.append(out[out.index("LayerNorm input scale"):])
+    assert printed[0] == printed[1] and "encoder.layer.1.output.LayerNorm" in printed[0]
