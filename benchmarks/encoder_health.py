@@ -89,7 +89,8 @@ def health(encoder, features, labels, seed: int = 0) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model_dir", type=Path, help="an HF ELECTRA discriminator or MLM model (config.json, weights, vocab.txt)")
+    parser.add_argument("model_dir", type=Path,
+                        help="an HF ELECTRA discriminator or MLM model (config.json, weights, vocab.txt)")
     parser.add_argument("--sentences", type=Path, default=SST2_TRAIN,
                         help="a TSV with a header: text first, integer label last (default: SST-2 train)")
     parser.add_argument("--batch", type=int, default=32, help="how many of its rows (default 32)")
