@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_dir_help = "a model dir written by run_pretraining.py (its latest checkpoint is used)"
     for name, help_text in (("to-original", "export to the original release's TF1 naming"),
                             ("to-hf", "export to HF transformers dirs")):
-        command(name, help_text, "--model-dir", model_dir_help).add_argument(
+        command(name, help_text, "--model-dir", model_dir_help.replace("is used", "or --step's")).add_argument(
             "--step", type=int, default=None, help="export the model dir's ckpt-STEP instead of its latest")
     served = command("saved-model", "export the discriminator, or a fine-tuned GLUE model, as a SavedModel on "
                      "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
