@@ -34,6 +34,13 @@ EXAMPLES = {
 }
 
 
+def step_number(text: str) -> int:
+    """--step's type: a non-negative integer."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a checkpoint's step is a non-negative integer, not {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = script_parser(__doc__, EXAMPLES["from-original"])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -58,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in (("to-original", "export to the original release's TF1 naming"),
                             ("to-hf", "export to HF transformers dirs")):
         command(name, help_text, "--model-dir", model_dir_help.replace("is used", "or --step's")).add_argument(
-            "--step", type=int, default=None, help="export the model dir's ckpt-STEP instead of its latest")
+            "--step", type=step_number, default=None, help="export the model dir's ckpt-STEP instead of its latest")
     served = command("saved-model", "export the discriminator, or a fine-tuned GLUE model, as a SavedModel on "
                      "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
                      "finetuning_models/<tasks>_model_<trial>")

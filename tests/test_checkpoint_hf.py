@@ -180,8 +180,9 @@ def test_hf_bad_input(tmp_path, vocab_file, capsys):
 
 
 def test_export_of_an_earlier_checkpoint(tmp_path, vocab_file, capsys):
-    """--step exports the model dir's ckpt-N instead of its latest (to-hf and to-original); a step the
-    dir does not keep is one error naming the steps it keeps, with nothing written."""
+    """--step exports the model dir's ckpt-N instead of its latest (to-hf and to-original), also from a
+    dir without the `checkpoint` state file; a step the dir does not keep is one error naming the
+    steps it keeps, with nothing written, and so is a dir without that file and no --step."""
     config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64})
     source = tmp_path / "models" / "m"
     weights = {}
@@ -214,3 +215,11 @@ def test_export_of_an_earlier_checkpoint(tmp_path, vocab_file, capsys):
                                         "--step", "3"]) == 2
         assert f"model dir {source} has no checkpoint ckpt-3 (it keeps: 2, 5)" in capsys.readouterr().err
         assert not out.exists()
+    with pytest.raises(SystemExit):
+        convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out), "--step", "-1"])
+    assert "a checkpoint's step is a non-negative integer, not '-1'" in capsys.readouterr().err
+    (source / "checkpoint").unlink()  # as a copy of the checkpoint files alone: --step still works
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(tmp_path / "no_state"),
+                                    "--step", "5"]) == 0
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 2
+    assert "no `checkpoint` state file); it has ckpt-2, ckpt-5: name one" in capsys.readouterr().err

@@ -91,10 +91,19 @@ def load_config(model_dir) -> PretrainingConfig:
         raise InputError(f"{path}: cannot read the model's config ({error})") from None
 
 
+def kept_steps(model_dir) -> list:
+    """The steps N of the `ckpt-N` checkpoints in a dir, ascending."""
+    names = (path.name[len("ckpt-"):-len(".index")] for path in Path(model_dir).glob("ckpt-*.index"))
+    return sorted(int(name) for name in names if name.isdigit())
+
+
 def latest_checkpoint(model_dir) -> str:
     prefix = tf.train.latest_checkpoint(str(model_dir))
     if prefix is None:
-        raise InputError(f"model dir {model_dir} holds no checkpoint (no `checkpoint` state file)")
+        kept = kept_steps(model_dir)
+        hint = (f"; it has ckpt-{', ckpt-'.join(map(str, kept))}: name one (its path, or convert_checkpoint.py's "
+                "--step)" if kept else "")
+        raise InputError(f"model dir {model_dir} holds no checkpoint (no `checkpoint` state file){hint}")
     return prefix
 
 
@@ -105,9 +114,8 @@ def checkpoint_at(model_dir, step: Optional[int] = None) -> str:
         return latest_checkpoint(model_dir)
     prefix = Path(model_dir) / f"ckpt-{step}"
     if not Path(f"{prefix}.index").is_file():
-        kept = sorted(int(p.name[5:-6]) for p in Path(model_dir).glob("ckpt-*.index") if p.name[5:-6].isdigit())
         raise InputError(f"model dir {model_dir} has no checkpoint ckpt-{step} "
-                         f"(it keeps: {', '.join(map(str, kept)) or 'none'})")
+                         f"(it keeps: {', '.join(map(str, kept_steps(model_dir))) or 'none'})")
     return str(prefix)
 
 
