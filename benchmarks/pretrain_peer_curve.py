@@ -27,11 +27,18 @@ from step 0 to 0 at the run's full step count times a linear warm-up factor).
         /work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage2.log \
         --ours-run s2/s2_electra --total-steps 4520 --warmup 271
 
-Differences from our run that remain: HF initialises from a normal (ours: truncated normal; the
-discriminator's last layer: glorot uniform), the example order and the random draws differ, and
-the generator's output layer runs on the gathered slots only (as ours does; it is the same math as
-HF's all-position head at these slots). The discriminator's AUC here is exact over the window's
-real tokens; ours bins it at 200 thresholds.
+Differences from our run that remain:
+- initialisation: HF draws every matrix from a normal of 0.02; ours, as the original, from one
+  truncated at 2 standard deviations, and `embeddings_project` and the discriminator's last layer
+  from glorot uniform (a spread of 0.07-0.10 where HF's is 0.02);
+- the example order and the random draws;
+- the generator's output layer runs on the gathered slots only (as ours does; it is the same math
+  as HF's all-position head at these slots);
+- the printed `disc_loss` is the token mean over each batch (the loss trained on); ours logs the mean
+  of per-example means, which differs little on packed rows;
+- the discriminator's AUC here is exact over the window's real tokens; ours bins it at 200 thresholds;
+- with `--with-replacement`, a position two slots drew gets the later slot's sample, where the
+  original writes floor((a + b) / 2) (§5.1's quirk).
 """
 
 import argparse
@@ -147,7 +154,7 @@ def roc_auc(scores, labels) -> float:
 
 def learning_rate(step: int, peak: float, warmup: int, total: int) -> float:
     """The original's schedule (§7): linear decay from step 0 to 0 at `total`, times min(1, step / warmup)."""
-    return peak * (1.0 - min(step, total) / total) * min(1.0, step / warmup)
+    return peak * (1.0 - min(step, total) / total) * (min(1.0, step / warmup) if warmup else 1.0)
 
 
 def adamw_step(named_params, state, lr):

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.pretrain_peer_curve import (SLOTS, build_models, disc_loss, fake_input, gumbel_max, learning_rate,
-                                            mask, our_windows, roc_auc, trainable)
+from benchmarks.pretrain_peer_curve import (SLOTS, adamw_step, build_models, disc_loss, fake_input, gumbel_max,
+                                            learning_rate, mask, our_windows, roc_auc, trainable)
 
 
 def peer_batch(lengths):
@@ -41,6 +41,7 @@ def test_peer_curve_masks_as_the_original(with_replacement):
     at_used = np.zeros_like(ids, bool)
     at_used[rows, positions[used]] = True
     np.testing.assert_array_equal(masked[~at_used], ids[~at_used])  # unused slots mask nothing
+    assert np.all((masked[at_used] == 3) | (masked[at_used] == ids[at_used]))  # [MASK] or kept, never random
     assert np.all((masked == 3).sum(1) <= weights.sum(1))
     # A position drawn by several slots is [MASK] if any of them chose it (the original scatters
     # [MASK] at the chosen slots only), so count positions drawn once, in the long rows.
@@ -57,6 +58,27 @@ def test_peer_curve_schedule_is_our_optimizers():
     ours = PolynomialDecayWithWarmup(1e-3, 3312, warmup_steps=199)
     for step in (0, 49, 99, 199, 1000, 3312):
         assert learning_rate(step, 1e-3, 199, 3312) == pytest.approx(float(ours(step)), rel=1e-6, abs=1e-12)
+    assert learning_rate(1000, 1e-3, 0, 4000) == pytest.approx(7.5e-4)  # no warm-up: decay alone
+
+
+def test_peer_optimizer_is_adamw_without_bias_correction():
+    """§7: m and v without bias correction, update m / (sqrt(v) + 1e-6), plus 0.01 x the weight except
+    on LayerNorm and bias names."""
+    import torch
+    named = [("encoder.dense.weight", torch.nn.Parameter(torch.tensor([1.0, -2.0]))),
+             ("encoder.LayerNorm.weight", torch.nn.Parameter(torch.tensor([1.0, -2.0]))),
+             ("encoder.dense.bias", torch.nn.Parameter(torch.tensor([1.0, -2.0])))]
+    for _, p in named:
+        p.grad = torch.tensor([0.5, 0.1])
+    state = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in named}
+    adamw_step(named, state, lr=0.1)
+    m, v = 0.1 * np.array([0.5, 0.1]), 0.001 * np.array([0.5, 0.1]) ** 2
+    step = m / (np.sqrt(v) + 1e-6)  # about 3.16 per element: no bias correction (with it, 1.0)
+    np.testing.assert_allclose(state["encoder.dense.weight"][0].numpy(), m, rtol=1e-6)
+    np.testing.assert_allclose(named[0][1].detach().numpy(), [1.0, -2.0] - 0.1 * (step + 0.01 * np.array([1.0, -2.0])),
+                               rtol=1e-6)
+    for _, p in named[1:]:
+        np.testing.assert_allclose(p.detach().numpy(), [1.0, -2.0] - 0.1 * step, rtol=1e-6)
 
 
 def test_peer_curve_reads_only_one_runs_full_windows(tmp_path):
