@@ -277,3 +277,21 @@ def test_eta_counts_only_steps_after_the_newest_checkpoint(tmp_path):
     assert estimator.seconds(later) == 100.0  # an earlier segment's checkpoint: from its own start
     (model_dir / "checkpoint").write_bytes(b"\xff\xfe garbled")
     assert estimator.seconds(later) == 100.0
+
+
+def test_eta_ignores_the_time_a_paused_unit_stood_still(tmp_path):
+    """A unit stopped with SIGSTOP while another job ran has a wall time far above its machine time.
+    The ETA works in machine seconds and converts by the median wall / machine ratio, so one paused
+    unit among normal ones does not move it."""
+    from paper_replication.eta import Estimator
+    glue = tmp_path / "out" / "glue" / "CoLA"
+    glue.mkdir(parents=True)
+    (glue / "train.tsv").write_text("".join(f"s{i}\t1\t\tsentence {i}\n" for i in range(10)))  # 10 rows, no header
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    trials = [Unit(f"s2/run/ft/100/cola/seed{seed}", "finetune", {"task": "cola", "seed": seed})
+              for seed in (1, 2, 3, 4)]
+    for unit, wall in zip(trials[:3], (36.0, 3000.0, 36.0)):  # the second stood paused for 49 minutes
+        ctx.store.write(unit.id, {"seconds": wall, "machine_seconds": 30.0})
+    estimator = Estimator(ctx, trials)
+    assert estimator.wall_per_machine == pytest.approx(1.2)
+    assert estimator.seconds(trials[3]) == pytest.approx(36.0)  # 30 machine seconds a trial, x 1.2

@@ -1,5 +1,8 @@
-"""Estimated seconds of pending units, from what finished units measured (priors until then).
+"""Estimated wall seconds of pending units, from what finished units measured (priors until then).
 
+Rates are measured in machine seconds and turned into wall seconds by the median wall / machine
+ratio of the finished units, so a unit that was paused (SIGSTOP while another job took the
+machine) does not inflate the estimate: its own ratio is an outlier the median ignores.
 Pretraining segments: their steps not yet checkpointed x FLOPs per step / the FLOP rate measured
 by finished segments of the same run, else by any pretraining on this machine (segments and
 throughput runs), else a prior.
@@ -11,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from paper_replication.units import Context, Unit, latest_checkpoint_step, train_passes
+from paper_replication.units import Context, Unit, latest_checkpoint_step, machine_time, train_passes
 
 PRIORS = {"vocab": 300.0, "build": 900.0, "throughput": 180.0, "eval": 60.0, "finetune": 120.0, "export": 30.0}
 PRIOR_FLOPS_PER_SECOND = 3e10
@@ -24,27 +27,35 @@ class Estimator:
         self.ctx = ctx
         self.run_rates: Dict[str, List[float]] = {}
         self.eval_seconds: List[float] = []
-        passes, finetune_seconds = 0, 0.0
+        passes, finetune_seconds, ratios = 0, 0.0, []
         for unit in units:
             result = ctx.result(unit.id)
             if result is None:
                 continue
-            if unit.kind == "pretrain" and result.get("steps_timed") and result["seconds"] > 1:
+            machine = machine_time(result)
+            if machine > 1:
+                ratios.append(result.get("seconds", machine) / machine)
+            if unit.kind == "pretrain" and result.get("steps_timed") and machine > 1:
                 flops = result["steps_timed"] * unit.params["flops_per_step"]
-                self.run_rates.setdefault(unit.params["run"], []).append(flops / result["seconds"])
+                self.run_rates.setdefault(unit.params["run"], []).append(flops / machine)
             elif unit.kind == "throughput":
                 steps_per_second = result["examples_per_machine_second"] / unit.params["hparams"]["train_batch_size"]
                 self.run_rates.setdefault(unit.id, []).append(steps_per_second * unit.params["flops_per_step"])
             elif unit.kind == "eval":
-                self.eval_seconds.append(result["seconds"])
+                self.eval_seconds.append(machine)
             elif unit.kind == "finetune":
                 passes += train_passes(ctx, unit.params["task"])
-                finetune_seconds += result["seconds"]
+                finetune_seconds += machine
+        self.wall_per_machine = statistics.median(ratios) if ratios else 1.0
         self.seconds_per_pass: Optional[float] = finetune_seconds / passes if passes else None
         rates = [r for values in self.run_rates.values() for r in values]
         self.flops_per_second = statistics.median(rates) if rates else PRIOR_FLOPS_PER_SECOND
 
     def seconds(self, unit: Unit) -> float:
+        """The unit's estimated wall seconds."""
+        return self.machine_seconds(unit) * self.wall_per_machine
+
+    def machine_seconds(self, unit: Unit) -> float:
         params = unit.params
         if unit.kind == "pretrain":
             rates = self.run_rates.get(params["run"])
