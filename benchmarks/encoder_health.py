@@ -1,4 +1,4 @@
-"""Can this pretrained encoder still be fine-tuned? Three figures, against the same architecture at random init.
+"""Can this pretrained encoder still be fine-tuned? Four figures, against the same architecture at random init.
 
     python benchmarks/encoder_health.py MODEL_DIR [--sentences FILE.tsv] [--batch 32] [--seed 0]
 
@@ -11,6 +11,8 @@ sentences (the first column of a GLUE-style TSV with a header, by default SST-2'
   output has grown far past the residual stream's starves everything below it;
 - the token similarity at each layer's output: the mean cosine between the hidden states of any
   two real tokens of the batch. Near 1, the encoder maps every token to about the same vector;
+- the sentence similarity at each layer's output: the mean cosine between the [CLS] states of two
+  different sentences, what the classifier reads. Near 1, every sentence starts from one input;
 - the gradient norm per block (embeddings, each layer, the head) of fine-tuning's first step:
   a fresh linear head on [CLS], as the original's classifier, and the summed cross-entropy of a
   binary task, as the original's fine-tuning loss (labels: the TSV's last column).
@@ -29,6 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.peers import SHARED_DATA  # noqa: E402
 
 SST2_TRAIN = SHARED_DATA / "glue" / "SST-2" / "train.tsv"
+SECTIONS = (("LayerNorm input scale", "layernorm_input_scale", 2),  # (title, key of health(), decimals)
+            ("token similarity at the output of", "token_similarity", 3),
+            ("[CLS] similarity at the output of", "sentence_similarity", 3),
+            ("gradient norm, first fine-tuning step", "gradient_norm", 3))
 
 
 def read_batch(path: Path, size: int):
@@ -54,7 +60,7 @@ def block_of(name: str) -> str:
 
 def health(encoder, features, labels, seed: int = 0) -> dict:
     """{"layernorm_input_scale": {module name: scale}, "token_similarity": {block: mean cosine},
-    "gradient_norm": {block: norm}} for one batch;
+    "sentence_similarity": {block: mean cosine}, "gradient_norm": {block: norm}} for one batch;
     features: the tokenizer's tensors [B, L]; labels [B]. Dropout off, so the figures are exact."""
     import torch
 
@@ -70,10 +76,14 @@ def health(encoder, features, labels, seed: int = 0) -> dict:
     outputs = encoder(**features, output_hidden_states=True)
     for hook in hooks:
         hook.remove()
-    similarity = {}
+    similarity, sentences = {}, {}
+    pairs = ~torch.eye(len(labels), dtype=torch.bool)  # two different sentences
     for depth, states in enumerate(outputs.hidden_states):  # the embeddings' output, then each layer's
+        block = "embeddings" if depth == 0 else f"layer {depth - 1}"
         tokens = torch.nn.functional.normalize(states[real], dim=-1)  # [real tokens, H]
-        similarity["embeddings" if depth == 0 else f"layer {depth - 1}"] = (tokens @ tokens.T).mean().item()
+        similarity[block] = (tokens @ tokens.T).mean().item()
+        cls = torch.nn.functional.normalize(states[:, 0], dim=-1)  # [B, H]
+        sentences[block] = (cls @ cls.T)[pairs].mean().item()
     hidden = outputs.last_hidden_state  # [B, L, H]
     loss = torch.nn.functional.cross_entropy(head(hidden[:, 0]), labels, reduction="sum")
     model.zero_grad()
@@ -83,7 +93,7 @@ def health(encoder, features, labels, seed: int = 0) -> dict:
         if parameter.grad is not None:
             block = block_of(name)
             squares[block] = squares.get(block, 0.0) + parameter.grad.pow(2).sum().item()
-    return {"layernorm_input_scale": scales, "token_similarity": similarity,
+    return {"layernorm_input_scale": scales, "token_similarity": similarity, "sentence_similarity": sentences,
             "gradient_norm": {k: v ** 0.5 for k, v in squares.items()}}
 
 
@@ -113,16 +123,11 @@ def main(argv=None) -> None:
     models = {"pretrained": pretrained,
               "random init": ElectraModel(ElectraConfig.from_pretrained(args.model_dir))}
     results = {name: health(model, features, torch.tensor(labels), args.seed) for name, model in models.items()}
-    print(f"{args.model_dir}: {len(texts)} sentences from {args.sentences.name}\n")
-    print(f"{'LayerNorm input scale':<44} {'pretrained':>11} {'random init':>11}")
-    for name in results["pretrained"]["layernorm_input_scale"]:
-        print(f"{name:<44} " + " ".join(f"{r['layernorm_input_scale'][name]:>11.2f}" for r in results.values()))
-    print(f"\n{'token similarity at the output of':<44} {'pretrained':>11} {'random init':>11}")
-    for block in results["pretrained"]["token_similarity"]:
-        print(f"{block:<44} " + " ".join(f"{r['token_similarity'][block]:>11.3f}" for r in results.values()))
-    print(f"\n{'gradient norm, first fine-tuning step':<44} {'pretrained':>11} {'random init':>11}")
-    for block in results["pretrained"]["gradient_norm"]:
-        print(f"{block:<44} " + " ".join(f"{r['gradient_norm'][block]:>11.3f}" for r in results.values()))
+    print(f"{args.model_dir}: {len(texts)} sentences from {args.sentences.name}")
+    for title, figure, digits in SECTIONS:
+        print(f"\n{title:<44} {'pretrained':>11} {'random init':>11}")
+        for row in results["pretrained"][figure]:
+            print(f"{row:<44} " + " ".join(f"{r[figure][row]:>11.{digits}f}" for r in results.values()))
 
 
 if __name__ == "__main__":

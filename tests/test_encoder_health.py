@@ -1,6 +1,6 @@
 """benchmarks/encoder_health.py: on a tiny ELECTRA whose first FFN output is 30 times the residual
 stream (what the replication's collapsed `electra` showed), it reports that LayerNorm's input grown
-about 30x, the gradient below it shrunk, and the tokens more alike; a discriminator dir and an MLM
+about 30x, the gradient below it shrunk, and the tokens and sentences more alike; a discriminator dir and an MLM
 model's dir of the same encoder read the same; its TSV reader names a bad file."""
 
 import pytest
@@ -32,7 +32,7 @@ def _batch():
     return features, torch.tensor([0, 1, 0, 1])
 
 
-def test_an_inflated_sublayer_shows_in_all_three_figures():
+def test_an_inflated_sublayer_shows_in_all_four_figures():
     features, labels = _batch()
     plain, inflated = health(_model(), features, labels), health(_model(30.0), features, labels)
     name = "encoder.layer.0.output.LayerNorm"
@@ -41,6 +41,8 @@ def test_an_inflated_sublayer_shows_in_all_three_figures():
     assert inflated["gradient_norm"]["embeddings"] < plain["gradient_norm"]["embeddings"] / 10
     assert plain["token_similarity"]["layer 0"] < 0.3 and inflated["token_similarity"]["layer 0"] > 0.95
     assert inflated["token_similarity"]["embeddings"] == pytest.approx(plain["token_similarity"]["embeddings"])
+    assert plain["sentence_similarity"]["layer 0"] < 0.9 and inflated["sentence_similarity"]["layer 0"] > 0.99
+    assert list(plain["sentence_similarity"]) == ["embeddings", "layer 0", "layer 1"]
     assert set(plain["gradient_norm"]) == {"embeddings", "layer 0", "layer 1", "head"}
     assert list(plain["token_similarity"]) == ["embeddings", "layer 0", "layer 1"]
 
