@@ -18,8 +18,9 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) demo.py --output-dir demo_output
 
+# --durations: the slowest tests in every run, to keep the suite under ~20 min on 2 cores
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q --durations=15 tests
 
 clean:
 	rm -rf $(VENV) demo_output
