@@ -5,15 +5,15 @@ SavedModel (docs/checkpoints.md).
     python convert_checkpoint.py to-original   --model-dir D/models/M --output-dir OUT [--step N]
     python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT [--step N]
     python convert_checkpoint.py from-hf       --hf-dir DIR --output-dir D/models/M
-    python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT
+    python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT [--step N]
     python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1
                                                [--task mrpc] --output-dir OUT [--precision mixed_bfloat16]
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
 takes a trial's dir of run_finetuning.py (a GLUE classifier or STS-B regressor on raw text; --task
-picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). to-original and
-to-hf export a model dir's latest checkpoint, or its ckpt-N with --step N. Imports print a load
-report (loaded / missing / unused variables); an existing output dir needs --overwrite.
+picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). to-original,
+to-hf and saved-model export a model dir's latest checkpoint, or its ckpt-N with --step N. Imports
+print a load report (loaded / missing / unused variables); an existing output dir needs --overwrite.
 """
 
 import argparse
@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     served = command("saved-model", "export the discriminator, or a fine-tuned GLUE model, as a SavedModel on "
                      "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
                      "finetuning_models/<tasks>_model_<trial>")
+    served.add_argument("--step", type=step_number, default=None,
+                        help="pretrained model dirs: export ckpt-STEP instead of the latest")
     served.add_argument("--task", default=None, help="fine-tuned dirs: the task to serve (default: the run's only one)")
     served.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
                         help="the served graph's compute: mixed_bfloat16 runs its matmuls in bfloat16 on the "
@@ -95,6 +97,8 @@ def main(argv=None) -> int:
                 raise InputError(f"model dir {args.model_dir} does not exist")
             from finetune import saved_model as finetuned
             if finetuned.is_finetuned_dir(args.model_dir):
+                if args.step is not None:
+                    raise InputError(f"--step: {args.model_dir} is a fine-tuning trial's dir (one model, no steps)")
                 task = finetuned.export_finetuned(args.model_dir, args.output_dir, args.task, args.overwrite,
                                                   args.precision).task
                 print(f"wrote {args.output_dir} (task {task.name}: "
@@ -102,7 +106,8 @@ def main(argv=None) -> int:
                 return 0
             if args.task is not None:
                 raise InputError(f"--task: {args.model_dir} is a pretrained model dir (no fine-tuned model)")
-            report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision)
+            report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision,
+                                                   args.step)
         elif args.command == "to-original":
             print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite, args.step)}")
             return 0

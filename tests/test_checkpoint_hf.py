@@ -180,8 +180,8 @@ def test_hf_bad_input(tmp_path, vocab_file, capsys):
 
 
 def test_export_of_an_earlier_checkpoint(tmp_path, vocab_file, capsys):
-    """--step exports the model dir's ckpt-N instead of its latest (to-hf and to-original), also from a
-    dir without the `checkpoint` state file; a step the dir does not keep is one error naming the
+    """--step exports the model dir's ckpt-N instead of its latest (to-hf, to-original and
+    saved-model), also from a dir without the `checkpoint` state file; a step the dir does not keep is one error naming the
     steps it keeps, with nothing written, and so is a dir without that file and no --step."""
     config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64})
     source = tmp_path / "models" / "m"
@@ -209,7 +209,14 @@ def test_export_of_an_earlier_checkpoint(tmp_path, vocab_file, capsys):
     assert convert_checkpoint.main(["to-original", "--model-dir", str(source), "--output-dir",
                                     str(tmp_path / "tf1"), "--step", "2"]) == 0
     assert "model.ckpt-2" in capsys.readouterr().out
-    for command in ("to-hf", "to-original"):
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir",
+                                    str(tmp_path / "served"), "--step", "2"]) == 0
+    import tensorflow_text  # noqa: F401  (registers the WordPiece op the served graph uses)
+    served = tf.saved_model.load(str(tmp_path / "served"))
+    head = {v.name.split(":")[0]: v.numpy() for v in served.head.variables}
+    np.testing.assert_array_equal(head["discriminator_predictions/dense/kernel"],
+                                  weights[2]["discriminator_predictions/dense/kernel"])
+    for command in ("to-hf", "to-original", "saved-model"):
         out = tmp_path / f"missing_{command}"
         assert convert_checkpoint.main([command, "--model-dir", str(source), "--output-dir", str(out),
                                         "--step", "3"]) == 2

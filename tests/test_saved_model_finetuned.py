@@ -139,6 +139,7 @@ def test_pair_truncation_in_the_graph_is_berts(finetuned):
     ("finetuning_models/mrpc_cola_sts_model_1", [], "holds the tasks mrpc, cola, sts: pass --task"),
     ("finetuning_models/mrpc_cola_sts_model_9", [], "model dir {} does not exist"),
     (".", ["--task", "mrpc"], "--task: {} is a pretrained model dir"),
+    ("finetuning_models/mrpc_cola_sts_model_1", ["--step", "1"], "--step: {} is a fine-tuning trial's dir"),
 ])
 def test_bad_export_gives_one_clear_error(finetuned, tmp_path, capsys, model_dir, arguments, message):
     model_dir = finetuned[2].parents[1] / model_dir  # relative to the pretrained model dir

@@ -13,6 +13,7 @@ graph's matmuls run in bfloat16 on float32 variables, its outputs stay float32. 
 """
 
 from pathlib import Path
+from typing import Optional
 
 import tensorflow as tf
 
@@ -22,7 +23,7 @@ from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
 from electra_tf.modeling.layer_utils import build_in_scope
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
-from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, read_model_dir, staged_output
+from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, checkpoint_at, read_model_dir, staged_output
 from electra_tf.checkpoints.report import LoadReport, assign_weights
 
 SIGNATURE = "serving_default"
@@ -86,12 +87,13 @@ def build_server(config, values, vocab_file, precision: str = "float32") -> tupl
     return DiscriminatorServer(tokenizer, encoder, head, config.max_seq_length, precision), report
 
 
-def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision: str = "float32") -> LoadReport:
-    """Writes the discriminator of a model dir's latest checkpoint as a SavedModel computing in
-    `precision` (float32 or mixed_bfloat16)."""
+def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision: str = "float32",
+                       step: Optional[int] = None) -> LoadReport:
+    """Writes the discriminator of a model dir's latest checkpoint (or `ckpt-<step>`) as a
+    SavedModel computing in `precision` (float32 or mixed_bfloat16)."""
     check_precision(precision)  # before reading the checkpoint
     check_output(output_dir, overwrite)
-    config, values = read_model_dir(model_dir)
+    config, values = read_model_dir(model_dir, checkpoint_at(model_dir, step))
     server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision)
     with staged_output(output_dir, overwrite) as staging:
         tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve})
