@@ -83,7 +83,8 @@ def test_peer_optimizer_is_adamw_without_bias_correction():
 
 def test_peer_curve_reads_only_one_runs_full_windows(tmp_path):
     """Our metrics restart with each segment, so a segment's first line (and the first after a
-    resume) can cover fewer steps than the window: only full windows of the named run count."""
+    resume) can cover fewer steps than the window: only full windows of the named run count, and a
+    window a resumed segment repeats keeps its first value."""
     def line(step, loss):
         return f"step {step}/300 (x%) loss {loss} masked_lm_loss {loss} masked_lm_accuracy 0.1 | x 1.0"
     log = tmp_path / "stage1.log"
@@ -92,10 +93,12 @@ def test_peer_curve_reads_only_one_runs_full_windows(tmp_path):
         "@@start s1/pilot_a/pretrain/75 0.0", line(50, 7.0), "@@end s1/pilot_a/pretrain/75 1.0",
         "@@start s1/pilot_a/pretrain/300 0.0", line(100, 6.9), line(150, 6.8), line(200, 6.7),
         "@@start s1/pilot_a/pretrain/300 0.0", "resuming from /m/pilot_a/ckpt-180", line(200, 6.6), line(250, 6.5),
+        # killed after step 250 with ckpt-200 its last save: the full window to 250 comes again
+        "@@start s1/pilot_a/pretrain/300 0.0", "resuming from /m/pilot_a/ckpt-200", line(250, 6.4), line(300, 6.3),
         "@@end s1/pilot_a/pretrain/300 2.0"]) + "\n")
     windows = our_windows(str(log), "s1/pilot_a", 50)
     assert {step: (w["masked_lm_loss"], w["masked_lm_accuracy"]) for step, w in windows.items()} == {
-        50: (7.0, 0.1), 150: (6.8, 0.1), 200: (6.7, 0.1), 250: (6.5, 0.1)}
+        50: (7.0, 0.1), 150: (6.8, 0.1), 200: (6.7, 0.1), 250: (6.5, 0.1), 300: (6.3, 0.1)}  # the first 250 kept
     assert windows[50] == {"loss": 7.0, "masked_lm_loss": 7.0, "masked_lm_accuracy": 0.1}  # nothing past "|"
 
 
