@@ -105,6 +105,7 @@ class Settings:
     throughput_steps: int
     checkpoints_per_hour: int  # pretraining checkpoints (what a kill can lose)
     fixed_steps: Optional[int] = None  # quick: every run takes this many steps
+    eval_batches: int = 10 ** 6  # held-out batches per checkpoint evaluation (the real run: all of them)
     quick: bool = False
 
     @property
@@ -125,7 +126,7 @@ REAL = Settings(
     checkpoints_per_hour=6)
 
 # Tiny settings for --quick and the test: two corpus files, a 2-layer 128-wide model, 12 steps,
-# 32 rows per GLUE file, one pilot whose regime is taken whatever its probes say (the pipeline,
+# 32 rows per GLUE file, 4 held-out batches per evaluation, one pilot whose regime is taken whatever its probes say (the pipeline,
 # not the numbers, is tested), one GLUE task in stages 2-3 (STS-B: the regression path; the
 # stage-1 probes cover classification), two seeds.
 QUICK = Settings(
@@ -137,4 +138,4 @@ QUICK = Settings(
     pilots=(Pilot("a", "learned", 1e-3, 0.0),), pilot_c_hours=0.0,
     pilot_fractions=(1.0,), stage_fractions=(0.5, 1.0), transfer_margin=1.0,
     stage2_max_hours=0.0, cap_hours=0.0, min_stage3_hours=0.0, throughput_steps=4,
-    checkpoints_per_hour=6, fixed_steps=12, quick=True)
+    checkpoints_per_hour=6, fixed_steps=12, eval_batches=4, quick=True)

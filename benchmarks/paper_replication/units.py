@@ -177,7 +177,8 @@ def pretraining_units(ctx: Context, run: Run, flops_per_step: float) -> List[Uni
     for step in run.probe_steps:
         eval_dir = ctx.output_dir / "evals" / run.name / f"step_{step}"
         units.append(Unit(f"{prefix}/eval/{step}", "eval",
-                          {"hparams": {**hparams, "do_train": False, "do_eval": True, "num_eval_steps": 10 ** 6,
+                          {"hparams": {**hparams, "do_train": False, "do_eval": True,
+                                       "num_eval_steps": ctx.settings.eval_batches,
                                        "model_dir": str(eval_dir), "init_checkpoint": str(ctx.probe_prefix(run, step)),
                                        "results_json": str(eval_dir / "unsup_results.json"),
                                        "results_txt": str(eval_dir / "unsup_results.txt")},
