@@ -313,3 +313,12 @@ def create_optimizer(
         fixed_layerwise_decay=fixed_layerwise_decay,
         global_clipnorm=clip_norm,
     )
+
+
+def create_slots(optimizer, variables) -> None:
+    """Creates the optimizer's step counter, hyperparameters and slots for `variables` now, in
+    eager mode. A training tf.function whose first call creates them is traced twice (TensorFlow
+    traces again once they exist), which costs seconds at every start. A slot created after a
+    checkpoint was read still gets its saved value (the read defers it), so the order of reading
+    and creating does not matter."""
+    getattr(optimizer, "inner_optimizer", optimizer)._create_all_weights(variables)  # see a LossScaleOptimizer

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.errors import InputError
-from electra_tf.optimization import create_optimizer
+from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.progress import Progress
 from electra_tf.training.distribution import precision_scope, set_determinism
 from electra_tf.training.interruption import Interruption
@@ -173,6 +173,7 @@ class Trial:
         train_step = self.compile_train_step(num_steps)
         progress = Progress(num_steps, "train", " steps", stream=self.stream)
         resumed = self._resume_state()
+        create_slots(self.optimizer, self.model.trainable_variables)  # so train_step is traced once, not twice
         if resumed is None:
             shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
             self.model_dir.mkdir(parents=True)

@@ -20,7 +20,7 @@ import tf_keras
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
-from electra_tf.optimization import create_optimizer
+from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.tokenization import load_vocab, special_ids
 from electra_tf.checkpoints.original import read_checkpoint
@@ -61,7 +61,7 @@ def build(config: PretrainingConfig, vocab_file) -> Built:
                                  weight_decay_rate=config.weight_decay_rate,
                                  warmup_steps=config.num_warmup_steps,
                                  lr_decay_power=config.lr_decay_power, optimizer=config.optimizer)
-    optimizer._create_all_weights(model.trainable_variables)  # slots and iterations, now
+    create_slots(optimizer, model.trainable_variables)
     tracked = optimizer
     if config.precision == "mixed_float16":  # as pretraining_runner wraps it
         tracked = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)

@@ -30,7 +30,7 @@ import tf_keras
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
-from electra_tf.optimization import create_optimizer
+from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import checkpointing, distribution, interruption
@@ -260,6 +260,8 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
         loaded = checkpointing.load_init_checkpoint(config.init_checkpoint, training.model, optimizer,
                                                     config.init_checkpoint_reset_step)
         print(f"initialised from {loaded}", file=reporter.stream, flush=True)
+    with strategy.scope():  # now, so the training loop is traced once, not twice
+        create_slots(optimizer, training.model.trainable_variables)
     step = logged_step = int(optimizer.iterations.numpy())
     if evaluate is not None and step == 0:
         evaluate()
