@@ -24,7 +24,7 @@ from paper_replication.extrapolation import GPU_FLOPS_PER_SECOND, hours  # noqa:
 from paper_replication.report import write_report  # noqa: E402
 from paper_replication.settings import QUICK, REAL  # noqa: E402
 from paper_replication.stages import plan_all, plan_stage1  # noqa: E402
-from paper_replication.units import Context, Unit  # noqa: E402
+from paper_replication.units import GLUE_METRICS, Context, Unit, train_passes  # noqa: E402
 
 
 def _run(out: Path, shared: Path, *args: str) -> subprocess.CompletedProcess:
@@ -173,3 +173,74 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     assert line in table and "| pilot_c | learned | 0.001 | 9936 |" in table
     status = runner.status(ctx)
     assert "stage 2: not run (stage 1's note says why)" in status and "stage 3: not run" in status
+
+
+def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: float) -> dict:
+    """A stage-2 result whose time is `per_pass` machine seconds per training example for a
+    fine-tuning trial, and `pretrain_hours` per pretraining run (over its 4 segments)."""
+    params = unit.params
+    if unit.kind == "throughput":
+        return {"seconds": 60.0, "machine_seconds": 50.0, "tokens_per_machine_second": 6682.0,
+                "examples_per_machine_second": 6682.0 / 128}
+    if unit.kind == "pretrain":
+        seconds = pretrain_hours * 3600 / 4
+        return {"seconds": seconds, "machine_seconds": seconds, "step": params["step"],
+                "flops": params["step"] * params["flops_per_step"], "steps_timed": params["step"] - params["from_step"]}
+    if unit.kind == "eval":
+        return {"seconds": 60.0, "machine_seconds": 50.0, "step": params["step"], "flops": params["flops"],
+                "metrics": {"masked_lm_accuracy": 0.2, "disc_auc": 0.51}}
+    if unit.kind == "export":
+        return {"seconds": 1.0, "machine_seconds": 1.0, "role": "discriminator", "bytes": 8.7e6, "committed": True,
+                "path": params["output"]}
+    seconds = per_pass * train_passes(ctx, params["task"])
+    value = 50.0 + params["seed"]  # every metric the task's score averages
+    return {"seconds": seconds, "machine_seconds": seconds, "task": params["task"], "seed": params["seed"],
+            "scores": {params["task"]: {name: value for name in GLUE_METRICS[params["task"]]}}}
+
+
+@pytest.mark.parametrize("per_pass, pretrain_hours, expected", [
+    (0.0005, 1.0, "full"),  # stage 2 spent ~2 h of the 14.6 h left after stage 1: the ablations at its budget
+    (0.002, 0.5, "substitute"),  # ~4 h: all five objectives at a smaller common budget, labelled
+    (0.0044, 3.1, "not run"),  # ~13 h, as the real stage 2 is heading for: too little is left for stage 3
+])
+def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_not_at_all(
+        tmp_path, shared_data, monkeypatch, per_pass, pretrain_hours, expected):
+    """Stage 1's committed results (15.4 machine hours) and a faked stage 2 whose time decides
+    what the 30 h cap leaves: stage 3 is planned in full, as the substitute, or says it is not run;
+    the report and --status say which, and nothing of stage 3 runs when it is not run."""
+    committed = REPO / "benchmarks" / "replication"
+    results = tmp_path / "results"
+    shutil.copytree(committed / "vocab", results / "vocab")
+    shutil.copytree(committed / "units" / "s1", results / "units" / "s1")
+    ctx = Context(REAL, tmp_path / "out", results, REPO, shared_data)
+    for _ in range(5):
+        plans = plan_all(ctx, last_stage=2)
+        for unit in ctx.pending(plans[1].units):
+            ctx.store.write(unit.id, _fake_stage2(ctx, unit, per_pass, pretrain_hours))
+        if plans[1].complete and not ctx.pending(plans[1].units):
+            break
+    stage2 = plans[1]
+    assert [r.steps for r in stage2.runs] == [4520, 5840]  # the real budget, from stage 1's real time
+    plans = plan_all(ctx)
+    assert len(plans) == 3
+    stage3 = plans[2]
+    if expected == "full":
+        assert [r.objective for r in stage3.runs] == ["electra_15", "replace_mlm", "all_tokens_mlm"]
+        assert stage3.budget["hours_each"] == stage2.budget["hours_each"] and not stage3.budget["substitute"]
+    elif expected == "substitute":
+        assert [r.objective for r in stage3.runs] == ["electra", "bert", "electra_15", "replace_mlm", "all_tokens_mlm"]
+        assert 0.5 <= stage3.budget["hours_each"] < stage2.budget["hours_each"] and stage3.budget["substitute"]
+        assert stage3.notes[0].startswith("budget: SUBSTITUTE: all five at ")
+        assert all(r.steps < s2.steps for r, s2 in zip(stage3.runs, stage2.runs))
+    else:
+        assert stage3.units == [] and stage3.complete
+        (note,) = stage3.notes
+        assert re.fullmatch(r"stage 3 not run: stages 1-2 used \d+\.\d h of the 30 h cap, which leaves -?\d+\.\d\d h "
+                            r"per objective after fine-tuning, below 0.5 h", note), note
+        monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+        monkeypatch.setattr(runner, "run_worker", lambda *args: pytest.fail("no unit may run"))
+        assert runner.execute(ctx, 3, write_report) == 0
+        table = (results / "table.md").read_text()
+        assert f"## Stage 3: the ablations (Table 5 as measured)\n\n- {note}\n" in table
+        assert "| electra | 4520 |" in table and "| bert | 5840 |" in table  # stage 2's comparison stands
+        assert "stage 3: not run" in runner.status(ctx)

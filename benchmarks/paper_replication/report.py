@@ -190,7 +190,7 @@ def write_table(results: dict, path: Path) -> None:
                                                     _num(point["average"], 2), _num(metrics.get("disc_auc")),
                                                     _loss(metrics), _num(metrics.get("masked_lm_accuracy")),
                                                     _num(metrics.get("masked_lm_accuracy_at_mask"))]) + " |")
-        lines += [""] + [f"- {note}" for note in stage["notes"]] + [""]
+        lines += [""] * (lines[-1] != "") + [f"- {note}" for note in stage["notes"]] + [""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
