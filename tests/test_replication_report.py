@@ -125,3 +125,21 @@ def test_status_shows_where_a_run_in_training_stands(tmp_path, monkeypatch):
     model_dir.mkdir(parents=True)
     (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-4692"\n')
     assert "  pilot_c: newest checkpoint at step 4,692 of 9,936" in runner.status(ctx, 1).splitlines()
+
+
+def test_the_auc_plot_spans_chance_to_one():
+    """A flat AUC near chance must look flat: the axis runs from below 0.5 (a dotted chance line)
+    to 1, whatever the curve's own range; an axis without curves gets neither."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from paper_replication.report import _auc_scale
+    figure, (flat, low, empty) = plt.subplots(1, 3)
+    flat.plot([1130, 2260, 3390], [0.513, 0.513, 0.515])
+    low.plot([1, 2], [0.40, 0.60])
+    for axis in (flat, low, empty):
+        _auc_scale(axis)
+    assert flat.get_ylim() == (0.45, 1.0) and list(flat.lines[-1].get_ydata()) == [0.5, 0.5]
+    assert low.get_ylim() == pytest.approx((0.38, 1.0))
+    assert not empty.lines
+    plt.close(figure)
