@@ -12,7 +12,8 @@ sentences (the first column of a GLUE-style TSV with a header, by default SST-2'
 - the token similarity at each layer's output: the mean cosine between the hidden states of any
   two real tokens of the batch. Near 1, the encoder maps every token to about the same vector;
 - the sentence similarity at each layer's output: the mean cosine between the [CLS] states of two
-  different sentences, what the classifier reads. Near 1, every sentence starts from one input;
+  different sentences, what the classifier reads. Near 1, they are nearly parallel (random init's
+  are too: it measures a shared direction, not whether the classes can still be told apart);
 - the gradient norm per block (embeddings, each layer, the head) of fine-tuning's first step:
   a fresh linear head on [CLS], as the original's classifier, and the summed cross-entropy of a
   binary task, as the original's fine-tuning loss (labels: the TSV's last column).
@@ -103,13 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an HF ELECTRA discriminator or MLM model (config.json, weights, vocab.txt)")
     parser.add_argument("--sentences", type=Path, default=SST2_TRAIN,
                         help="a TSV with a header: text first, integer label last (default: SST-2 train)")
-    parser.add_argument("--batch", type=int, default=32, help="how many of its rows (default 32)")
+    parser.add_argument("--batch", type=int, default=32, help="how many of its rows (default 32, at least 2)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the head and the random-init model")
     return parser
 
 
 def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.batch < 2:
+        parser.error(f"--batch {args.batch}: the sentence similarity needs at least 2 sentences")
     import torch
     from transformers import BertTokenizer, ElectraConfig, ElectraForPreTraining, ElectraModel
 

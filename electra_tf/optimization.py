@@ -317,8 +317,12 @@ def create_optimizer(
 
 def create_slots(optimizer, variables) -> None:
     """Creates the optimizer's step counter, hyperparameters and slots for `variables` now, in
-    eager mode. A training tf.function whose first call creates them is traced twice (TensorFlow
-    traces again once they exist), which costs seconds at every start. A slot created after a
-    checkpoint was read still gets its saved value (the read defers it), so the order of reading
-    and creating does not matter."""
-    getattr(optimizer, "inner_optimizer", optimizer)._create_all_weights(variables)  # see a LossScaleOptimizer
+    eager mode: a training tf.function whose first call creates them is traced twice (once more
+    after they exist), which costs seconds at every start.
+
+    Call it after any checkpoint read that asserts that every existing object matched: such a read
+    creates the slots the checkpoint holds, with their saved values, and the rest start at zero here,
+    as training would create them. Called before it, a slot the checkpoint lacks (of a variable that
+    had no gradient when it was written) would fail the assert. A LossScaleOptimizer passes this on
+    to the optimizer it wraps."""
+    optimizer._create_all_weights(variables)

@@ -173,7 +173,7 @@ class Trial:
         train_step = self.compile_train_step(num_steps)
         progress = Progress(num_steps, "train", " steps", stream=self.stream)
         resumed = self._resume_state()
-        create_slots(self.optimizer, self.model.trainable_variables)  # so train_step is traced once, not twice
+        create_slots(self.optimizer, self.model.trainable_variables)  # after the read, on purpose: one trace
         if resumed is None:
             shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
             self.model_dir.mkdir(parents=True)

@@ -92,3 +92,10 @@ def test_a_discriminator_and_an_mlm_dir_of_one_encoder_read_the_same(tmp_path, c
         out = capsys.readouterr().out
         printed.append(out[out.index("LayerNorm input scale"):])
     assert printed[0] == printed[1] and "encoder.layer.1.output.LayerNorm" in printed[0]
+
+
+def test_one_sentence_is_refused(tmp_path, capsys):
+    """The sentence similarity compares two sentences: --batch 1 is one clear error, before loading."""
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing"), "--batch", "1"])
+    assert "--batch 1: the sentence similarity needs at least 2 sentences" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.optimization import create_optimizer
+from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import make_train_step
 
@@ -187,3 +187,19 @@ def test_gradient_accumulation_equals_one_large_batch(k):
     for a, b in zip(weights, big_weights):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     assert seen[0].shape == (16 // k, 6)  # on_output sees each micro-batch
+
+
+
+def test_slots_created_up_front_mean_one_trace_and_the_same_losses():
+    """create_slots before the first call: the step is traced once, not twice (TensorFlow traces
+    again once the first call has created the optimizer's variables), with the same losses."""
+    traces, losses = {}, {}
+    for slots_first in (False, True):
+        model, optimizer = build()
+        if slots_first:
+            create_slots(optimizer, model.trainable_variables)
+        compiled = tf.function(make_train_step(model, optimizer))
+        losses[slots_first] = [float(compiled(BATCHES[i], tf.constant([0, i]))) for i in range(3)]
+        traces[slots_first] = compiled.experimental_get_tracing_count()
+    assert traces == {False: 2, True: 1}
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-6)

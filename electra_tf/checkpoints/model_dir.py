@@ -134,8 +134,9 @@ def read_model_dir(model_dir, prefix: Optional[str] = None):
         raise InputError(f"checkpoint {prefix} does not match the model of {model_dir / CONFIG_FILE}: "
                          f"{str(error).splitlines()[0]}") from None
     if with_optimizer:
-        # The slots the run created; a variable its objective never trained (replace_mlm's unused
-        # discriminator head) has none in the checkpoint, and keeps zeros, as training would.
+        # The slots the run created. A variable its objective never trained (replace_mlm's unused
+        # discriminator head) has none in a checkpoint written before its slots were created up
+        # front (optimization.create_slots), and keeps zeros, as training would.
         tf.train.Checkpoint(model=built.model, optimizer=built.tracked_optimizer).read(prefix).expect_partial()
     return config, weights_of(built, with_optimizer)
 

@@ -260,7 +260,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
         loaded = checkpointing.load_init_checkpoint(config.init_checkpoint, training.model, optimizer,
                                                     config.init_checkpoint_reset_step)
         print(f"initialised from {loaded}", file=reporter.stream, flush=True)
-    with strategy.scope():  # now, so the training loop is traced once, not twice
+    with strategy.scope():  # after the reads above, on purpose (see create_slots): the loop is traced once
         create_slots(optimizer, training.model.trainable_variables)
     step = logged_step = int(optimizer.iterations.numpy())
     if evaluate is not None and step == 0:
