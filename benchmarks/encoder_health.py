@@ -1,6 +1,7 @@
-"""Can this pretrained encoder still be fine-tuned? Four figures, against the same architecture at random init.
+"""Can this pretrained encoder still be fine-tuned? Four figures and a probe, against the same architecture at random init.
 
     python benchmarks/encoder_health.py MODEL_DIR [--sentences FILE.tsv] [--batch 32] [--seed 0]
+                                        [--probe-examples 2000] [--probe-train TSV] [--probe-dev TSV]
 
 MODEL_DIR is an HF ELECTRA discriminator, or an MLM model (its encoder is read), as
 `convert_checkpoint.py to-hf [--step N]` or the replication exports them. On one batch of
@@ -17,6 +18,11 @@ sentences (the first column of a GLUE-style TSV with a header, by default SST-2'
 - the gradient norm per block (embeddings, each layer, the head) of fine-tuning's first step:
   a fresh linear head on [CLS], as the original's classifier, and the summed cross-entropy of a
   binary task, as the original's fine-tuning loss (labels: the TSV's last column).
+And with `--probe-examples N` (default 2000; 0: off), a linear probe: logistic regression on the
+frozen last layer's [CLS] and on its mean over real tokens, each feature standardised, fitted on
+the first N rows of `--probe-train` and scored on `--probe-dev` (default SST-2's): whether the
+sentences' label can still be read off the encoder, however small its spread beside a shared
+direction (which a cosine near 1 cannot tell).
 Why: an `electra` run whose discriminator collapsed to the prior fine-tuned to the majority class
 on every task (benchmarks/RESULTS.md, the paper replication), and this shows where its gradient
 goes. PyTorch and transformers are needed (a diagnostic, like the peers' benchmarks).
@@ -32,10 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.peers import SHARED_DATA  # noqa: E402
 
 SST2_TRAIN = SHARED_DATA / "glue" / "SST-2" / "train.tsv"
+SST2_DEV = SHARED_DATA / "glue" / "SST-2" / "dev.tsv"
 SECTIONS = (("LayerNorm input scale", "layernorm_input_scale", 2),  # (title, key of health(), decimals)
             ("token similarity at the output of", "token_similarity", 3),
             ("[CLS] similarity at the output of", "sentence_similarity", 3),
-            ("gradient norm, first fine-tuning step", "gradient_norm", 3))
+            ("gradient norm, first fine-tuning step", "gradient_norm", 3),
+            ("linear probe on the frozen last layer, dev %", "probe", 1))
 
 
 def read_batch(path: Path, size: int):
@@ -98,6 +106,47 @@ def health(encoder, features, labels, seed: int = 0) -> dict:
             "gradient_norm": {k: v ** 0.5 for k, v in squares.items()}}
 
 
+def pooled_features(encoder, tokenizer, texts, batch: int = 64) -> dict:
+    """{"[CLS]": [N, H], "token mean": [N, H]} of the encoder's last layer (dropout off, no gradient):
+    what the classifier reads, and the mean over each sentence's real tokens."""
+    import torch
+    cls, mean = [], []
+    encoder.eval()
+    with torch.no_grad():
+        for start in range(0, len(texts), batch):
+            features = tokenizer(texts[start:start + batch], padding=True, truncation=True, max_length=128,
+                                 return_tensors="pt")
+            hidden = encoder(**features).last_hidden_state  # [b, L, H]
+            real = features["attention_mask"].unsqueeze(-1).float()  # [b, L, 1]
+            cls.append(hidden[:, 0])
+            mean.append((hidden * real).sum(1) / real.sum(1))
+    return {"[CLS]": torch.cat(cls), "token mean": torch.cat(mean)}
+
+
+def linear_probe(train_x, train_y, dev_x, dev_y, l2: float = 1e-3) -> float:
+    """Dev accuracy (%) of an L2-regularised logistic regression fitted on (train_x [N, H], train_y [N]).
+    Each feature is standardised by the training set's mean and spread first, so a label held in a
+    tiny spread beside a large shared offset is read as well as any other. Full-batch L-BFGS from
+    zeros: deterministic."""
+    import torch
+    mean, spread = train_x.mean(0), train_x.std(0) + 1e-12
+    train_x, dev_x = (train_x - mean) / spread, (dev_x - mean) / spread
+    classes = int(max(train_y.max(), dev_y.max())) + 1
+    weight = torch.zeros(train_x.shape[1], classes, requires_grad=True)
+    bias = torch.zeros(classes, requires_grad=True)
+    optimizer = torch.optim.LBFGS([weight, bias], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(train_x @ weight + bias, train_y) + l2 * weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        return 100.0 * ((dev_x @ weight + bias).argmax(-1) == dev_y).float().mean().item()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model_dir", type=Path,
@@ -106,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a TSV with a header: text first, integer label last (default: SST-2 train)")
     parser.add_argument("--batch", type=int, default=32, help="how many of its rows (default 32, at least 2)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the head and the random-init model")
+    parser.add_argument("--probe-examples", type=int, default=2000,
+                        help="training rows of the linear probe (default 2000; 0: no probe)")
+    parser.add_argument("--probe-train", type=Path, default=SST2_TRAIN, help="the probe's training TSV")
+    parser.add_argument("--probe-dev", type=Path, default=SST2_DEV, help="the probe's scoring TSV")
     return parser
 
 
@@ -127,8 +180,17 @@ def main(argv=None) -> None:
     models = {"pretrained": pretrained,
               "random init": ElectraModel(ElectraConfig.from_pretrained(args.model_dir))}
     results = {name: health(model, features, torch.tensor(labels), args.seed) for name, model in models.items()}
+    if args.probe_examples > 0:
+        (train_texts, train_labels), (dev_texts, dev_labels) = (read_batch(args.probe_train, args.probe_examples),
+                                                                read_batch(args.probe_dev, 10 ** 9))
+        train_y, dev_y = torch.tensor(train_labels), torch.tensor(dev_labels)
+        for name, model in models.items():
+            train, dev = pooled_features(model, tokenizer, train_texts), pooled_features(model, tokenizer, dev_texts)
+            results[name]["probe"] = {pool: linear_probe(train[pool], train_y, dev[pool], dev_y) for pool in train}
     print(f"{args.model_dir}: {len(texts)} sentences from {args.sentences.name}")
     for title, figure, digits in SECTIONS:
+        if figure not in results["pretrained"]:
+            continue
         print(f"\n{title:<44} {'pretrained':>11} {'random init':>11}")
         for row in results["pretrained"][figure]:
             print(f"{row:<44} " + " ".join(f"{r[figure][row]:>11.{digits}f}" for r in results.values()))

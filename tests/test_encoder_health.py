@@ -88,10 +88,12 @@ def test_a_discriminator_and_an_mlm_dir_of_one_encoder_read_the_same(tmp_path, c
     for name, model in (("discriminator", discriminator), ("mlm", mlm)):
         model.save_pretrained(tmp_path / name)
         (tmp_path / name / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words))
-        main([str(tmp_path / name), "--sentences", str(sentences), "--batch", "8"])
+        main([str(tmp_path / name), "--sentences", str(sentences), "--batch", "8", "--probe-examples", "8",
+              "--probe-train", str(sentences), "--probe-dev", str(sentences)])
         out = capsys.readouterr().out
         printed.append(out[out.index("LayerNorm input scale"):])
     assert printed[0] == printed[1] and "encoder.layer.1.output.LayerNorm" in printed[0]
+    assert "linear probe on the frozen last layer, dev %" in printed[0] and "token mean" in printed[0]
 
 
 def test_one_sentence_is_refused(tmp_path, capsys):
@@ -99,3 +101,24 @@ def test_one_sentence_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing"), "--batch", "1"])
     assert "--batch 1: the sentence similarity needs at least 2 sentences" in capsys.readouterr().err
+
+
+def test_the_linear_probe_reads_a_label_hidden_in_a_tiny_spread():
+    """Standardised features: a label carried by a spread of 1e-3 beside a shared offset of 30 (a
+    cosine near 1 between any two sentences) is read as well as a plain one; labels that the
+    features do not carry score about chance. Deterministic."""
+    from benchmarks.encoder_health import linear_probe
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 2, (600,), generator=generator)
+    noise = torch.randn(600, 16, generator=generator)
+    signal = noise.clone()
+    signal[:, 0] += 2.0 * (2 * labels - 1)  # class means 4 standard deviations apart on one feature
+    squeezed = 30.0 + 1e-3 * signal  # what an inflated, shared direction leaves of it
+    cosines = torch.nn.functional.normalize(squeezed, dim=-1) @ torch.nn.functional.normalize(squeezed, dim=-1).T
+    assert cosines.min() > 0.999
+    train, dev = slice(0, 400), slice(400, 600)
+    plain = linear_probe(signal[train], labels[train], signal[dev], labels[dev])
+    assert plain > 95 and linear_probe(squeezed[train], labels[train], squeezed[dev], labels[dev]) == pytest.approx(plain)
+    shuffled = labels[torch.randperm(600, generator=generator)]
+    assert 35 < linear_probe(noise[train], shuffled[train], noise[dev], shuffled[dev]) < 65
+    assert linear_probe(signal[train], labels[train], signal[dev], labels[dev]) == plain
