@@ -126,9 +126,9 @@ REAL = Settings(
     checkpoints_per_hour=6)
 
 # Tiny settings for --quick and the test: two corpus files, a 2-layer 128-wide model, 12 steps,
-# 32 rows per GLUE file, 4 held-out batches per evaluation, one pilot whose regime is taken whatever its probes say (the pipeline,
-# not the numbers, is tested), one GLUE task in stages 2-3 (STS-B: the regression path; the
-# stage-1 probes cover classification), two seeds.
+# 32 rows per GLUE file, 4 held-out batches per evaluation, one pilot whose regime is taken
+# whatever its probes say (the pipeline, not the numbers, is tested), one GLUE task in stages 2-3
+# (STS-B: the regression path; the stage-1 probes cover classification), two seeds.
 QUICK = Settings(
     corpus_files=2, held_out_files=1, learned_vocab_size=1000,
     hidden=128, layers=2, embedding=64, generator_hidden=64, model_size="tiny",
