@@ -1,4 +1,4 @@
-"""Can this pretrained encoder still be fine-tuned? Four figures and a probe, against the same architecture at random init.
+"""Can this pretrained encoder still be fine-tuned? Four figures and a probe, beside the same model at random init.
 
     python benchmarks/encoder_health.py MODEL_DIR [--sentences FILE.tsv] [--batch 32] [--seed 0]
                                         [--probe-examples 2000] [--probe-train TSV] [--probe-dev TSV]
