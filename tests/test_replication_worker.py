@@ -295,3 +295,20 @@ def test_eta_ignores_the_time_a_paused_unit_stood_still(tmp_path):
     estimator = Estimator(ctx, trials)
     assert estimator.wall_per_machine == pytest.approx(1.2)
     assert estimator.seconds(trials[3]) == pytest.approx(36.0)  # 30 machine seconds a trial, x 1.2
+
+
+def test_the_worker_loads_every_module_its_units_import_when_it_starts():
+    """A worker imports what its handlers need before its first unit, so code edited during a
+    long run cannot reach it half-way (a module imported late would be the new version beside old
+    ones). Guard: every module a function of worker.py imports is in UNIT_MODULES."""
+    import ast
+    from paper_replication import worker
+    tree = ast.parse(Path(worker.__file__).read_text())
+    loaded, missing = set(worker.UNIT_MODULES) | {"importlib", "numpy"}, []  # numpy: loaded by all of them
+    for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
+        for node in ast.walk(function):
+            if isinstance(node, ast.Import):
+                missing += [alias.name for alias in node.names if alias.name not in loaded]
+            elif isinstance(node, ast.ImportFrom) and node.module not in loaded:  # or each name a loaded module
+                missing += [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" not in loaded]
+    assert not missing, missing

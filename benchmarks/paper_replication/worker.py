@@ -12,6 +12,7 @@ it) and records the segment; should that fail, training stops at its next loop b
 
 import _thread
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -328,10 +329,19 @@ def do_export(params: dict, output_dir: Path) -> dict:
 
 HANDLERS = {"vocab": do_vocab, "build": do_build, "throughput": do_throughput, "eval": do_eval,
             "finetune": do_finetune, "export": do_export}
+# Every module the handlers import, loaded when the worker starts: a worker runs for hours, and a
+# module first imported midway would be the code on disk by then, mixed with what it loaded
+# before (a run once failed so: `cannot import name` after an edit). One worker, one version.
+UNIT_MODULES = ("electra_tf.checkpoints.hf", "electra_tf.checkpoints.model_dir", "electra_tf.config",
+                "electra_tf.training.pretraining_runner", "finetune.config", "finetune.runner",
+                "pretrain_data.build", "pretrain_data.input_pipeline", "pretrain_data.vocab_learning",
+                "safetensors.numpy", "tf_keras")
 
 
 def main(spec_path: str) -> int:
     use_pooled_cpu_allocator()
+    for module in UNIT_MODULES:
+        importlib.import_module(module)
     spec = json.loads(Path(spec_path).read_text())
     global WALL_CLOCK
     WALL_CLOCK = spec.get("clock") == "wall"
