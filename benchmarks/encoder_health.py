@@ -106,16 +106,20 @@ def health(encoder, features, labels, seed: int = 0) -> dict:
             "gradient_norm": {k: v ** 0.5 for k, v in squares.items()}}
 
 
-def pooled_features(encoder, tokenizer, texts, batch: int = 64) -> dict:
-    """{"[CLS]": [N, H], "token mean": [N, H]} of the encoder's last layer (dropout off, no gradient):
-    what the classifier reads, and the mean over each sentence's real tokens."""
+def tokenized(tokenizer, texts, batch: int = 64) -> list:
+    """The tokenizer's tensors of `texts`, `batch` sentences at a time (tokenized once, read by each model)."""
+    return [tokenizer(texts[start:start + batch], padding=True, truncation=True, max_length=128, return_tensors="pt")
+            for start in range(0, len(texts), batch)]
+
+
+def pooled_features(encoder, batches) -> dict:
+    """{"[CLS]": [N, H], "token mean": [N, H]} of the encoder's last layer on `tokenized` batches
+    (dropout off, no gradient): what the classifier reads, and the mean over each sentence's real tokens."""
     import torch
     cls, mean = [], []
     encoder.eval()
     with torch.no_grad():
-        for start in range(0, len(texts), batch):
-            features = tokenizer(texts[start:start + batch], padding=True, truncation=True, max_length=128,
-                                 return_tensors="pt")
+        for features in batches:
             hidden = encoder(**features).last_hidden_state  # [b, L, H]
             real = features["attention_mask"].unsqueeze(-1).float()  # [b, L, 1]
             cls.append(hidden[:, 0])
@@ -184,8 +188,9 @@ def main(argv=None) -> None:
         (train_texts, train_labels), (dev_texts, dev_labels) = (read_batch(args.probe_train, args.probe_examples),
                                                                 read_batch(args.probe_dev, 10 ** 9))
         train_y, dev_y = torch.tensor(train_labels), torch.tensor(dev_labels)
+        train_batches, dev_batches = tokenized(tokenizer, train_texts), tokenized(tokenizer, dev_texts)
         for name, model in models.items():
-            train, dev = pooled_features(model, tokenizer, train_texts), pooled_features(model, tokenizer, dev_texts)
+            train, dev = pooled_features(model, train_batches), pooled_features(model, dev_batches)
             results[name]["probe"] = {pool: linear_probe(train[pool], train_y, dev[pool], dev_y) for pool in train}
     print(f"{args.model_dir}: {len(texts)} sentences from {args.sentences.name}")
     for title, figure, digits in SECTIONS:
