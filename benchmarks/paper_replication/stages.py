@@ -248,9 +248,11 @@ def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
         hours = (left - _finetuning_hours(ctx, 5, per_pass)) / 5
         label = f"SUBSTITUTE: all five at {hours:.2f} h each (stage 2's {hours2:.2f} h does not fit the cap)"
         if hours < s.min_stage3_hours:
-            return StagePlan([], complete=True, notes=[
-                f"stage 3 not run: stages 1-2 used {s.cap_hours - left:.1f} h of the {s.cap_hours:g} h cap, which "
-                f"leaves {hours:.2f} h per objective after fine-tuning, below {s.min_stage3_hours:g} h"])
+            used = f"stage 3 not run: stages 1-2 used {s.cap_hours - left:.1f} h of the {s.cap_hours:g} h cap, "
+            why = (f"which leaves {hours:.2f} h per objective after fine-tuning, below {s.min_stage3_hours:g} h"
+                   if hours >= 0 else f"which does not cover the five objectives' fine-tuning ({-hours:.2f} h "
+                   f"each short), let alone {s.min_stage3_hours:g} h of pretraining each")
+            return StagePlan([], complete=True, notes=[used + why])
     flops_budget = flops2 * hours / hours2 if hours2 else flops2
     runs = _stage_runs(ctx, 3, regime, objectives, flops_budget, hours)
     units = []
