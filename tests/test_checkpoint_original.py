@@ -12,7 +12,7 @@ import tensorflow as tf
 import convert_checkpoint
 import run_pretraining
 from checkpoint_helpers import electra_shapes, original_values, save_tf1
-from electra_tf.checkpoints import assign_weights, read_pretrained
+from electra_tf.checkpoints import assign_weights, model_dir, read_pretrained
 from electra_tf.checkpoints.original import infer_config
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
@@ -103,6 +103,22 @@ def test_export_round_trip_is_exact(released, imported, tmp_path):
     again = read_pretrained(tmp_path / "models" / "again").values
     assert set(again) == set(values)
     assert all(np.array_equal(again[name], value) for name, value in values.items())
+
+
+def test_export_of_a_model_only_checkpoint_keeps_its_step(imported, tmp_path):
+    """A checkpoint of the model alone (no optimizer, so no global_step) exports as
+    model.ckpt-<N> of its own name `ckpt-N`, not as step 0."""
+    source = tmp_path / "model_only"
+    source.mkdir()
+    for name in ("config.json", "vocab.txt"):
+        shutil.copyfile(imported / name, source / name)
+    config, _ = model_dir.read_model_dir(imported)
+    built = model_dir.build(config, imported / "vocab.txt")
+    tf.train.Checkpoint(model=built.model).write(str(source / "ckpt-77"))
+    out = tmp_path / "exported"
+    assert convert("to-original", "--model-dir", source, "--output-dir", out, "--step", 77) == 0
+    assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-77")
+    assert model_dir.step_of(source / "ckpt-77") == 77 and model_dir.step_of(source / "model.ckpt") is None
 
 
 def test_pretraining_continues_from_an_import(imported, pretraining_data_dir, capsys):

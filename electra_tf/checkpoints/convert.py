@@ -68,9 +68,12 @@ def to_original(model_dir_path, output_dir, overwrite: bool = False, step: Optio
     """A model dir's latest checkpoint (or `ckpt-<step>`) → TF1 `model.ckpt-<step>` + vocab.txt +
     hparams.json (the original's --hparams for this architecture). Returns the checkpoint prefix."""
     model_dir.check_output(output_dir, overwrite)
-    config, values = model_dir.read_model_dir(model_dir_path, model_dir.checkpoint_at(model_dir_path, step))
+    source = model_dir.checkpoint_at(model_dir_path, step)
+    config, values = model_dir.read_model_dir(model_dir_path, source)
+    # a checkpoint of the model alone has no global_step: its file name `ckpt-N` still says the step
+    named_step = None if original.GLOBAL_STEP in values else model_dir.step_of(source)
     with model_dir.staged_output(output_dir, overwrite) as staging:
-        prefix = original.write_original(values, staging)
+        prefix = original.write_original(values, staging, named_step)
         shutil.copyfile(Path(model_dir_path) / model_dir.VOCAB_FILE, staging / model_dir.VOCAB_FILE)
         (staging / "hparams.json").write_text(json.dumps(original_hparams(config), indent=2) + "\n")
     return str(Path(output_dir) / Path(prefix).name)

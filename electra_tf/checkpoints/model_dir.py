@@ -93,8 +93,14 @@ def load_config(model_dir) -> PretrainingConfig:
 
 def kept_steps(model_dir) -> list:
     """The steps N of the `ckpt-N` checkpoints in a dir, ascending."""
-    names = (path.name[len("ckpt-"):-len(".index")] for path in Path(model_dir).glob("ckpt-*.index"))
-    return sorted(int(name) for name in names if name.isdigit())
+    steps = (step_of(str(path)[:-len(".index")]) for path in Path(model_dir).glob("ckpt-*.index"))
+    return sorted(step for step in steps if step is not None)
+
+
+def step_of(prefix) -> Optional[int]:
+    """N of a checkpoint prefix `.../ckpt-N`, or None when its name carries no step."""
+    name = Path(prefix).name
+    return int(name[len("ckpt-"):]) if name.startswith("ckpt-") and name[len("ckpt-"):].isdigit() else None
 
 
 def latest_checkpoint(model_dir) -> str:
