@@ -34,7 +34,7 @@ def _model_dir(tmp_path, vocab_file, objective="electra", step=3, slot_value=Non
 
 
 def test_the_two_losses_send_the_shared_embeddings_the_steps_gradient(tmp_path, vocab_file, records):
-    model, _ = load(_model_dir(tmp_path, vocab_file), 0, seed=0)
+    model, _ = load(_model_dir(tmp_path, vocab_file), None, seed=0)  # random init
     features = next(iter(make_dataset(records, 64, 8, is_training=False)))
     variables = shared_variables(model)
     assert sorted(v.name.split("/")[-1] for v in variables) == ["beta:0", "gamma:0", "position_embeddings:0",
@@ -46,36 +46,52 @@ def test_the_two_losses_send_the_shared_embeddings_the_steps_gradient(tmp_path, 
     assert len(grads["total"]) == len(model.trainable_variables)  # the clip sees every variable's gradient
 
 
-def test_adam_memory_is_the_slot_over_the_clipped_squared_gradient(tmp_path, vocab_file, records):
-    """With every second-moment slot at 1e-4, the memory of the word table is 1e-4 x its size over
-    the median squared norm of its gradient after clipping at global norm 1 (no dropout, so the
-    gradients recomputed here are the same)."""
-    directory = _model_dir(tmp_path, vocab_file, slot_value=1e-4, dropout=0.0)
-    model, optimizer = load(directory, 3, seed=0)
-    assert optimizer is not None and optimizer.global_clipnorm == 1.0
-    batches = list(make_dataset(records, 64, 8, is_training=False).take(3))
-    split = gradient_split(model, batches, seed=0, optimizer=optimizer)
-    seen = []
-    for index, features in enumerate(batches):
-        grads = loss_gradients(model, features, tf.constant([0, index]), shared_variables(model))
-        norm = np.sqrt(sum(np.sum(g ** 2) for g in grads["total"]))
-        seen.append(np.sum((min(1.0, 1.0 / norm) * grads["total"][0]) ** 2))
-    size = int(np.prod(shared_variables(model)[0].shape))
-    assert split["word_embeddings"]["adam_memory"] == pytest.approx(1e-4 * size / np.median(seen), rel=1e-4)
-    row = split["word_embeddings"]
-    assert row["ratio"] <= row["largest_ratio"] and -1 <= row["cosine"] <= 1
+def test_adam_memory_reads_1_for_a_slot_that_holds_todays_clipped_gradient(tmp_path, vocab_file, records):
+    """Second-moment slots holding exactly what AdamW would after 3 steps of the one batch's
+    gradient, clipped by the optimizer itself (without bias correction: (1 - 0.999^3) g^2), read 1;
+    the clip is exercised (the global norm is above 1). No dropout, so the gradients recomputed
+    here are the script's."""
+    model, optimizer = load(_model_dir(tmp_path, vocab_file, dropout=0.0), 3, seed=0)
+    assert optimizer is not None and optimizer.global_clipnorm == 1.0 and int(optimizer.iterations.numpy()) == 3
+    batch = next(iter(make_dataset(records, 64, 8, is_training=False)))
+    shared = shared_variables(model)
+    everything = shared + [v for v in model.trainable_variables if all(v is not w for w in shared)]
+    total = loss_gradients(model, batch, tf.constant([0, 0]), shared)["total"]
+    assert float(tf.linalg.global_norm([tf.constant(g) for g in total])) > 1.0
+    clipped = optimizer._transform_gradients([(tf.constant(g), v) for g, v in zip(total, everything)])
+    for gradient, variable in clipped[:len(shared)]:
+        optimizer.get_slot(variable, "adam_v").assign((1 - 0.999 ** 3) * tf.square(gradient))
+    split = gradient_split(model, [batch], seed=0, optimizer=optimizer)
+    for name, row in split.items():
+        assert row["adam_memory"] == pytest.approx(1.0, rel=1e-4), name
+        assert row["ratio"] <= row["largest_ratio"] and -1 <= row["cosine"] <= 1
 
 
 def test_cli_prints_random_init_and_each_checkpoint(tmp_path, vocab_file, records, capsys):
-    directory = _model_dir(tmp_path, vocab_file)
+    """Random init and every kept checkpoint; Adam's memory where the checkpoint has slots, and not
+    for a checkpoint of the model alone, whose weights are still the ones read (no dropout, so
+    the two runs' figures compare)."""
+    directory = _model_dir(tmp_path, vocab_file, dropout=0.0)
     assert main([str(directory), "--records", records, "--batches", "2", "--batch-size", "8"]) == 0
     out = capsys.readouterr().out
-    assert "step 0 (random init)" in out and "step 3:" in out
-    assert out.count("word_embeddings") == 2 and "Adam memory" in out  # save_built keeps the slots
+    assert "\nrandom init:" in out and "\nstep 3:" in out
+    assert out.count("word_embeddings") == 2 and out.count("Adam memory") == 1  # save_built keeps the slots
     # the discriminator's weight of 50 dominates the shared table at random init
-    random_init = out.split("step 0 (random init)")[1].split("step 3")[0]
+    random_init = out.split("random init:")[1].split("step 3")[0]
     word = next(line for line in random_init.splitlines() if line.startswith("word_embeddings")).split()
     assert float(word[2]) > float(word[1])
+    step_3 = out.split("step 3:")[1]
+    model, _ = load(directory, 3, seed=0)
+    model_only = tmp_path / "model_only"
+    model_only.mkdir()
+    for name in ("config.json", "vocab.txt"):
+        (model_only / name).write_bytes((directory / name).read_bytes())
+    tf.train.Checkpoint(model=model).write(str(model_only / "ckpt-3"))
+    assert main([str(model_only), "--records", records, "--batches", "2", "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "Adam memory" not in out
+    rows = [line.split()[:6] for line in out.split("step 3:")[1].splitlines()[2:]]
+    assert rows == [line.split()[:6] for line in step_3.splitlines()[2:]]  # the same weights were read
 
 
 def test_what_it_cannot_measure_is_one_error(tmp_path, vocab_file, records, capsys):

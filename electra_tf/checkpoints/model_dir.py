@@ -131,20 +131,26 @@ def read_model_dir(model_dir, prefix: Optional[str] = None):
     config = load_config(model_dir)
     vocab_file = Path(model_dir) / VOCAB_FILE
     check_vocab(vocab_file, config.vocab_size)
-    prefix = prefix or latest_checkpoint(model_dir)
-    with_optimizer = any(key.startswith("optimizer/") for key in read_checkpoint(prefix))  # also checks it reads
     built = build(config, vocab_file)
+    with_optimizer = restore(built, prefix or latest_checkpoint(model_dir), model_dir)
+    return config, weights_of(built, with_optimizer)
+
+
+def restore(built: Built, prefix: str, model_dir) -> bool:
+    """Reads checkpoint `prefix` of `model_dir` into a built model, and its optimizer state when it
+    has one; returns whether it had. A checkpoint of another model is one InputError."""
+    with_optimizer = any(key.startswith("optimizer/") for key in read_checkpoint(prefix))  # also checks it reads
     try:
         tf.train.Checkpoint(model=built.model).read(prefix).assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
-        raise InputError(f"checkpoint {prefix} does not match the model of {model_dir / CONFIG_FILE}: "
+        raise InputError(f"checkpoint {prefix} does not match the model of {Path(model_dir) / CONFIG_FILE}: "
                          f"{str(error).splitlines()[0]}") from None
     if with_optimizer:
         # The slots the run created. A variable its objective never trained (replace_mlm's unused
         # discriminator head) has none in a checkpoint written before its slots were created up
         # front (optimization.create_slots), and keeps zeros, as training would.
         tf.train.Checkpoint(model=built.model, optimizer=built.tracked_optimizer).read(prefix).expect_partial()
-    return config, weights_of(built, with_optimizer)
+    return with_optimizer
 
 
 def check_output(output_dir, overwrite: bool) -> None:
