@@ -94,17 +94,21 @@ def gradient_split(model, batches, seed: int = 0, optimizer=None) -> Dict[str, D
 
 def load(directory: Path, step: Optional[int], seed: int):
     """(model, AdamW with its slots or None) of the dir at ckpt-`step`; at random init (seeded,
-    no optimizer) for step None."""
+    no optimizer) for step None. Under mixed_float16 a skipped step counts in `iterations` but not
+    in the slots, so Adam's memory then reads a little low."""
     config = model_dir.load_config(directory)
     if config.objective != "electra":
         raise InputError(f"{directory}: objective {config.objective!r}; the generator and discriminator "
                          "share embeddings only under 'electra'")
+    prefix = None if step is None else model_dir.checkpoint_at(directory, step)
+    with_optimizer = prefix is not None and model_dir.has_optimizer_state(prefix)
     tf_keras.utils.set_random_seed(seed)
     built = model_dir.build(config, directory / model_dir.VOCAB_FILE)
-    if step is None:
+    if prefix is None:
         return built.model, None
-    with_optimizer = model_dir.restore(built, model_dir.checkpoint_at(directory, step), directory)
-    adamw = with_optimizer and isinstance(built.optimizer, AdamWeightDecay)  # LAMB's slots are named m / v
+    model_dir.restore(built, prefix, directory, with_optimizer)
+    # LAMB's slots are named m / v; at step 0 (an import) the slots have seen nothing
+    adamw = with_optimizer and isinstance(built.optimizer, AdamWeightDecay) and int(built.optimizer.iterations) > 0
     return built.model, built.optimizer if adamw else None
 
 

@@ -179,6 +179,22 @@ def test_hf_bad_input(tmp_path, vocab_file, capsys):
     assert not (tmp_path / "models" / "x").exists()
 
 
+def test_a_checkpoint_of_another_model_is_one_error(tmp_path, vocab_file, capsys):
+    """A model dir whose config.json describes another architecture than its checkpoint: each
+    export names the checkpoint and the config, and writes nothing."""
+    source = tmp_path / "models" / "m"
+    config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64})
+    model_dir.save_built(model_dir.build(config, vocab_file), config, vocab_file, source)
+    other = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64,
+                                                                "embedding_size": 32})
+    other.save(source / "config.json")
+    for command in ("to-hf", "to-original", "saved-model"):
+        out = tmp_path / command
+        assert convert_checkpoint.main([command, "--model-dir", str(source), "--output-dir", str(out)]) == 2
+        assert f"does not match the model of {source / 'config.json'}" in capsys.readouterr().err
+        assert not out.exists()
+
+
 def test_export_of_an_earlier_checkpoint(tmp_path, vocab_file, capsys):
     """--step exports the model dir's ckpt-N instead of its latest (to-hf, to-original and
     saved-model), also from a dir without the `checkpoint` state file; a step the dir does not keep is one error naming the

@@ -17,18 +17,15 @@ def records(pretraining_data_dir):
     return str(pretraining_data_dir / "pretrain_tfrecords" / "eval" / "*")
 
 
-def _model_dir(tmp_path, vocab_file, objective="electra", step=3, slot_value=None, dropout=0.1):
-    """A tiny model dir at ckpt-`step`, its Adam second-moment slots set to `slot_value`."""
+def _model_dir(tmp_path, vocab_file, objective="electra", step=3, dropout=0.1):
+    """A tiny model dir at ckpt-`step` (its optimizer's slots at zero)."""
     dropouts = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64,
                                                                  "objective": objective,
                                                                  "model_hparam_overrides": dropouts})
     built = model_dir.build(config, vocab_file)
     built.optimizer.iterations.assign(step)
-    if slot_value is not None:
-        for variable in built.model.trainable_variables:
-            built.optimizer.get_slot(variable, "adam_v").assign(tf.fill(variable.shape, slot_value))
-    directory = tmp_path / "models" / objective
+    directory = tmp_path / "models" / f"{objective}_{step}"
     model_dir.save_built(built, config, vocab_file, directory)
     return directory
 
@@ -46,22 +43,26 @@ def test_the_two_losses_send_the_shared_embeddings_the_steps_gradient(tmp_path, 
     assert len(grads["total"]) == len(model.trainable_variables)  # the clip sees every variable's gradient
 
 
-def test_adam_memory_reads_1_for_a_slot_that_holds_todays_clipped_gradient(tmp_path, vocab_file, records):
-    """Second-moment slots holding exactly what AdamW would after 3 steps of the one batch's
-    gradient, clipped by the optimizer itself (without bias correction: (1 - 0.999^3) g^2), read 1;
-    the clip is exercised (the global norm is above 1). No dropout, so the gradients recomputed
-    here are the script's."""
+def test_adam_memory_reads_1_for_a_slot_that_holds_the_batches_mean_clipped_gradient(tmp_path, vocab_file, records):
+    """Second-moment slots holding what AdamW would after 3 steps whose squared gradients average
+    those of the 3 batches, each clipped by the optimizer itself, without bias correction
+    ((1 - 0.999^3) x the mean of g^2), read 1; the clip is exercised (every global norm is above 1).
+    No dropout, so the gradients recomputed here are the script's."""
     model, optimizer = load(_model_dir(tmp_path, vocab_file, dropout=0.0), 3, seed=0)
     assert optimizer is not None and optimizer.global_clipnorm == 1.0 and int(optimizer.iterations.numpy()) == 3
-    batch = next(iter(make_dataset(records, 64, 8, is_training=False)))
+    batches = list(make_dataset(records, 64, 8, is_training=False).take(3))
     shared = shared_variables(model)
     everything = shared + [v for v in model.trainable_variables if all(v is not w for w in shared)]
-    total = loss_gradients(model, batch, tf.constant([0, 0]), shared)["total"]
-    assert float(tf.linalg.global_norm([tf.constant(g) for g in total])) > 1.0
-    clipped = optimizer._transform_gradients([(tf.constant(g), v) for g, v in zip(total, everything)])
-    for gradient, variable in clipped[:len(shared)]:
-        optimizer.get_slot(variable, "adam_v").assign((1 - 0.999 ** 3) * tf.square(gradient))
-    split = gradient_split(model, [batch], seed=0, optimizer=optimizer)
+    squares = []
+    for index, batch in enumerate(batches):
+        total = loss_gradients(model, batch, tf.constant([0, index]), shared)["total"]
+        assert float(tf.linalg.global_norm([tf.constant(g) for g in total])) > 1.0
+        clipped = optimizer._transform_gradients([(tf.constant(g), v) for g, v in zip(total, everything)])
+        squares.append([tf.square(gradient) for gradient, _ in clipped[:len(shared)]])
+    for index, variable in enumerate(shared):
+        mean = tf.add_n([batch[index] for batch in squares]) / len(batches)
+        optimizer.get_slot(variable, "adam_v").assign((1 - 0.999 ** 3) * mean)
+    split = gradient_split(model, batches, seed=0, optimizer=optimizer)
     for name, row in split.items():
         assert row["adam_memory"] == pytest.approx(1.0, rel=1e-4), name
         assert row["ratio"] <= row["largest_ratio"] and -1 <= row["cosine"] <= 1
@@ -92,6 +93,10 @@ def test_cli_prints_random_init_and_each_checkpoint(tmp_path, vocab_file, record
     assert "Adam memory" not in out
     rows = [line.split()[:6] for line in out.split("step 3:")[1].splitlines()[2:]]
     assert rows == [line.split()[:6] for line in step_3.splitlines()[2:]]  # the same weights were read
+    imported = _model_dir(tmp_path, vocab_file, step=0)  # slots that have seen no step: no memory to read
+    assert main([str(imported), "--records", records, "--batches", "1", "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "\nstep 0:" in out and "Adam memory" not in out
 
 
 def test_what_it_cannot_measure_is_one_error(tmp_path, vocab_file, records, capsys):

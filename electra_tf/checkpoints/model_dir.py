@@ -131,15 +131,21 @@ def read_model_dir(model_dir, prefix: Optional[str] = None):
     config = load_config(model_dir)
     vocab_file = Path(model_dir) / VOCAB_FILE
     check_vocab(vocab_file, config.vocab_size)
+    prefix = prefix or latest_checkpoint(model_dir)
+    with_optimizer = has_optimizer_state(prefix)  # before building: the read's memory is freed first
     built = build(config, vocab_file)
-    with_optimizer = restore(built, prefix or latest_checkpoint(model_dir), model_dir)
+    restore(built, prefix, model_dir, with_optimizer)
     return config, weights_of(built, with_optimizer)
 
 
-def restore(built: Built, prefix: str, model_dir) -> bool:
-    """Reads checkpoint `prefix` of `model_dir` into a built model, and its optimizer state when it
-    has one; returns whether it had. A checkpoint of another model is one InputError."""
-    with_optimizer = any(key.startswith("optimizer/") for key in read_checkpoint(prefix))  # also checks it reads
+def has_optimizer_state(prefix: str) -> bool:
+    """Whether a checkpoint holds an optimizer's state (not the model alone); also checks it reads."""
+    return any(key.startswith("optimizer/") for key in read_checkpoint(prefix))
+
+
+def restore(built: Built, prefix: str, model_dir, with_optimizer: bool) -> None:
+    """Reads checkpoint `prefix` of `model_dir` into a built model, and with `with_optimizer` its
+    optimizer state too. A checkpoint of another model is one InputError."""
     try:
         tf.train.Checkpoint(model=built.model).read(prefix).assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
@@ -150,7 +156,6 @@ def restore(built: Built, prefix: str, model_dir) -> bool:
         # discriminator head) has none in a checkpoint written before its slots were created up
         # front (optimization.create_slots), and keeps zeros, as training would.
         tf.train.Checkpoint(model=built.model, optimizer=built.tracked_optimizer).read(prefix).expect_partial()
-    return with_optimizer
 
 
 def check_output(output_dir, overwrite: bool) -> None:
