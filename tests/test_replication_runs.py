@@ -203,6 +203,7 @@ def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: floa
     (0.002, 0.5, "substitute"),  # ~4 h: all five objectives at a smaller common budget, labelled
     (0.0038, 1.5, "too little"),  # ~9 h: less than 0.5 h per objective is left after fine-tuning
     (0.0044, 3.1, "nothing left"),  # ~13 h, as the real stage 2 is heading for: not even the fine-tuning fits
+    (0.006, 4.0, "over the cap"),  # ~18 h: stages 1-2 alone exceed the 30 h cap
 ])
 def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_not_at_all(
         tmp_path, shared_data, monkeypatch, per_pass, pretrain_hours, expected):
@@ -236,10 +237,11 @@ def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_no
     else:
         assert stage3.units == [] and stage3.complete
         (note,) = stage3.notes
-        why = (r"which leaves 0\.\d\d h per objective after fine-tuning, below 0.5 h" if expected == "too little" else
-               r"leaving \d+\.\d h: short of the five objectives' fine-tuning by \d+\.\d\d h each, let alone 0.5 h "
-               r"of pretraining each")
-        assert re.fullmatch(r"stage 3 not run: stages 1-2 used \d+\.\d h of the 30 h cap, " + why, note), note
+        why = {"too little": r" of the 30 h cap, which leaves 0\.\d\d h per objective after fine-tuning, below 0.5 h",
+               "nothing left": r" of the 30 h cap, leaving \d+\.\d h: short of the five objectives' fine-tuning by "
+                               r"\d+\.\d\d h each, let alone 0.5 h of pretraining each",
+               "over the cap": r", over the 30 h cap by \d+\.\d h"}[expected]
+        assert re.fullmatch(r"stage 3 not run: stages 1-2 used \d+\.\d h" + why, note), note
         monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
         monkeypatch.setattr(runner, "run_worker", lambda *args: pytest.fail("no unit may run"))
         assert runner.execute(ctx, 3, write_report) == 0

@@ -248,10 +248,15 @@ def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
         hours = (left - _finetuning_hours(ctx, 5, per_pass)) / 5
         label = f"SUBSTITUTE: all five at {hours:.2f} h each (stage 2's {hours2:.2f} h does not fit the cap)"
         if hours < s.min_stage3_hours:
-            used = f"stage 3 not run: stages 1-2 used {s.cap_hours - left:.1f} h of the {s.cap_hours:g} h cap, "
-            why = (f"which leaves {hours:.2f} h per objective after fine-tuning, below {s.min_stage3_hours:g} h"
-                   if hours >= 0 else f"leaving {left:.1f} h: short of the five objectives' fine-tuning by "
-                   f"{-hours:.2f} h each, let alone {s.min_stage3_hours:g} h of pretraining each")
+            used = f"stage 3 not run: stages 1-2 used {s.cap_hours - left:.1f} h"
+            if left < 0:
+                why = f", over the {s.cap_hours:g} h cap by {-left:.1f} h"
+            elif hours >= 0:
+                why = (f" of the {s.cap_hours:g} h cap, which leaves {hours:.2f} h per objective after fine-tuning, "
+                       f"below {s.min_stage3_hours:g} h")
+            else:
+                why = (f" of the {s.cap_hours:g} h cap, leaving {left:.1f} h: short of the five objectives' "
+                       f"fine-tuning by {-hours:.2f} h each, let alone {s.min_stage3_hours:g} h of pretraining each")
             return StagePlan([], complete=True, notes=[used + why])
     flops_budget = flops2 * hours / hours2 if hours2 else flops2
     runs = _stage_runs(ctx, 3, regime, objectives, flops_budget, hours)
