@@ -44,17 +44,19 @@ def shared_variables(model) -> List[tf.Variable]:
     return list(model.network.embeddings.trainable_variables)
 
 
-def loss_gradients(model, features, seed, variables) -> Dict[str, List[np.ndarray]]:
+def loss_gradients(model, features, seed, variables, total: bool = True) -> Dict[str, List[np.ndarray]]:
     """Dense gradients of the generator's and the discriminator's weighted losses with respect to
-    `variables`, and of the total the training step minimises with respect to every trainable
-    variable (`variables` first); one forward pass (training). A variable a loss does not reach
-    gets zeros."""
+    `variables`, and unless `total` is false of the total the training step minimises with respect
+    to every trainable variable (`variables` first); one forward pass (training). A variable a
+    loss does not reach gets zeros."""
     others = [v for v in model.trainable_variables if all(v is not w for w in variables)]
     with tf.GradientTape(persistent=True) as tape:
         output = model(features, training=True, seed=seed)
         losses = {"generator": model.config.gen_weight * output.mlm.loss,  # []
                   "discriminator": output.main_loss,  # [] disc_weight x RTD
                   "total": output.loss}
+    if not total:  # only Adam's memory needs it: a backward pass saved at random init
+        del losses["total"]
     grads = {}
     for name, loss in losses.items():
         targets = variables + others if name == "total" else variables
@@ -68,17 +70,19 @@ def gradient_split(model, batches, seed: int = 0, optimizer=None) -> Dict[str, D
     cosine, the largest ratio, and with `optimizer` (AdamW, its slots read) Adam's memory."""
     variables = shared_variables(model)
     names = [v.name.split(":")[0].split("embeddings/", 1)[-1] for v in variables]
-    limit = optimizer.global_clipnorm if optimizer is not None else None  # the original's: 1.0
     rows = {name: [] for name in names}
     for index, features in enumerate(batches):
-        grads = loss_gradients(model, features, tf.constant([seed, index]), variables)
-        fed = grads["total"]
-        if limit:  # as the optimizer clips: every gradient scaled by min(1, limit / global norm)
-            fed = [g.numpy() for g in tf.clip_by_global_norm(fed, limit)[0]]
-        for name, gen, disc, total in zip(names, grads["generator"], grads["discriminator"], fed):
+        grads = loss_gradients(model, features, tf.constant([seed, index]), variables, total=optimizer is not None)
+        squares = [0.0] * len(variables)  # of the gradient the optimizer is fed, per shared variable
+        if optimizer is not None:
+            fed = grads["total"]
+            if optimizer.global_clipnorm:  # as it clips (the original: 1.0): all scaled by min(1, limit / norm)
+                fed = [g.numpy() for g in tf.clip_by_global_norm(fed, optimizer.global_clipnorm)[0]]
+            squares = [float(np.sum(g ** 2)) for g in fed[:len(variables)]]
+        for name, gen, disc, square in zip(names, grads["generator"], grads["discriminator"], squares):
             gen_norm, disc_norm = float(np.linalg.norm(gen)), float(np.linalg.norm(disc))
             rows[name].append((gen_norm, disc_norm, disc_norm / gen_norm,
-                               float(gen.ravel() @ disc.ravel()) / (gen_norm * disc_norm), float(np.sum(total ** 2))))
+                               float(gen.ravel() @ disc.ravel()) / (gen_norm * disc_norm), square))
     split = {}
     for variable, (name, values) in zip(variables, rows.items()):
         values = np.array(values)
