@@ -3,7 +3,7 @@ SavedModel (docs/checkpoints.md).
 
     python convert_checkpoint.py from-original --checkpoint PATH --output-dir D/models/M
     python convert_checkpoint.py to-original   --model-dir D/models/M --output-dir OUT [--step N]
-    python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT [--step N]
+    python convert_checkpoint.py to-hf         --model-dir D/models/M --output-dir OUT [--step N] [--dtype float16]
     python convert_checkpoint.py from-hf       --hf-dir DIR --output-dir D/models/M
     python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT [--step N]
     python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1
@@ -64,8 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     model_dir_help = "a model dir written by run_pretraining.py (its latest checkpoint is used)"
     for name, help_text in (("to-original", "export to the original release's TF1 naming"),
                             ("to-hf", "export to HF transformers dirs")):
-        command(name, help_text, "--model-dir", model_dir_help.replace("is used", "or --step's")).add_argument(
-            "--step", type=step_number, default=None, help="export the model dir's ckpt-STEP instead of its latest")
+        sub = command(name, help_text, "--model-dir", model_dir_help.replace("is used", "or --step's"))
+        sub.add_argument("--step", type=step_number, default=None,
+                         help="export the model dir's ckpt-STEP instead of its latest")
+        if name == "to-hf":
+            sub.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                             help="the weights' dtype in the files: float16 halves them (config.json says which)")
     served = command("saved-model", "export the discriminator, or a fine-tuned GLUE model, as a SavedModel on "
                      "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
                      "finetuning_models/<tasks>_model_<trial>")
@@ -112,7 +116,7 @@ def main(argv=None) -> int:
             print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite, args.step)}")
             return 0
         else:
-            roles = convert.to_hf(args.model_dir, args.output_dir, args.overwrite, args.step)
+            roles = convert.to_hf(args.model_dir, args.output_dir, args.overwrite, args.step, args.dtype)
             print("wrote " + ", ".join(f"{args.output_dir}/{role}" for role in roles))
             return 0
     except InputError as error:

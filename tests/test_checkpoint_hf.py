@@ -10,8 +10,9 @@ import tensorflow as tf
 import convert_checkpoint
 from checkpoint_helpers import encode_pairs, mrpc_pairs, randomize
 from electra_tf.checkpoints import model_dir, read_pretrained
-from electra_tf.checkpoints.hf import network_pairs
+from electra_tf.checkpoints.hf import export_hf, network_pairs
 from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
 
 torch = pytest.importorskip("torch")
@@ -101,6 +102,35 @@ def test_export_to_hf_has_parity(tmp_path, vocab_file, glue_batch, size, train_s
         assert back.config.architecture_dict() == config.architecture_dict()
         for name in (v.name.split(":")[0] for v in built.model.variables):
             np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
+
+
+def test_export_in_float16(tmp_path, vocab_file, glue_batch):
+    """to-hf --dtype float16 writes float16 files of about half the size whose config.json says so;
+    HF loads every parameter as ours rounded to float16, and from-hf reads back exactly those values."""
+    from safetensors.numpy import load_file
+    source, built, config = _write_model_dir(tmp_path, vocab_file, "tiny", seed=4)
+    for dtype in ("float32", "float16"):
+        assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(tmp_path / dtype),
+                                        "--dtype", dtype]) == 0
+    for role in HF_CLASSES:
+        half, full = (tmp_path / dtype / role / "model.safetensors" for dtype in ("float16", "float32"))
+        assert {tensor.dtype for tensor in load_file(str(half)).values()} == {np.dtype(np.float16)}
+        assert half.stat().st_size < 0.55 * full.stat().st_size
+        document = json.loads((half.parent / "config.json").read_text())
+        assert document["dtype"] == document["torch_dtype"] == "float16"
+    rounded = {name: value.astype(np.float16).astype(np.float32) for name, value in model_dir.weights_of(built).items()}
+    assert not all(np.array_equal(rounded[name], value) for name, value in model_dir.weights_of(built).items())
+    _hf_logits(tmp_path / "float16", glue_batch, rounded, config)  # every HF parameter equals its rounded value
+    imported = tmp_path / "models" / "back"
+    assert convert_checkpoint.main(["from-hf", "--hf-dir", str(tmp_path / "float16"),
+                                    "--output-dir", str(imported)]) == 0
+    back = read_pretrained(imported)
+    for name in (v.name.split(":")[0] for v in built.model.variables):
+        assert back.values[name].dtype == np.float32
+        np.testing.assert_array_equal(back.values[name], rounded[name], err_msg=name)
+    with pytest.raises(InputError, match="dtype 'bfloat16'"):
+        export_hf(model_dir.weights_of(built), config, vocab_file, tmp_path / "bf16", dtype="bfloat16")
+    assert not (tmp_path / "bf16").exists()
 
 
 def test_exported_tokenizer_matches_ours(tmp_path, vocab_file, shared_data):

@@ -302,22 +302,14 @@ def do_finetune(params: dict, output_dir: Path) -> dict:
 
 def do_export(params: dict, output_dir: Path) -> dict:
     """The final discriminator (for bert, its MLM model) as an HF dir in float16; kept only if under 20 MB."""
-    import numpy as np
-    from safetensors.numpy import load_file, save_file
     from electra_tf.checkpoints import hf, model_dir
     probe = Path(params["probe"])
     config, values = model_dir.read_model_dir(probe.parent, str(probe))
     staging = output_dir / "export" / params["run"]
     shutil.rmtree(staging, ignore_errors=True)
-    hf.export_hf(values, config, probe.parent / "vocab.txt", staging)
+    hf.export_hf(values, config, probe.parent / "vocab.txt", staging, dtype="float16")
     role = "discriminator" if (staging / "discriminator").is_dir() else "generator"  # bert: its MLM model
     discriminator = staging / role
-    weights = discriminator / hf.WEIGHTS_FILE
-    tensors = {name: value.astype(np.float16) for name, value in load_file(str(weights)).items()}
-    save_file(tensors, str(weights), metadata={"format": "pt"})
-    hf_config = json.loads((discriminator / "config.json").read_text())  # torch_dtype: transformers < 4.56
-    hf_config.update(dtype="float16", torch_dtype="float16")
-    (discriminator / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
     size = sum(p.stat().st_size for p in discriminator.iterdir())
     target = Path(params["output"])
     if size < 20e6:

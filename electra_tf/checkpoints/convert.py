@@ -92,9 +92,11 @@ def original_hparams(config: PretrainingConfig) -> dict:
             "electra_objective": config.objective != "bert", "max_seq_length": config.max_seq_length}
 
 
-def to_hf(model_dir_path, output_dir, overwrite: bool = False, step: Optional[int] = None) -> list:
-    """A model dir's latest checkpoint (or `ckpt-<step>`) → `<out>/discriminator` and `<out>/generator` HF dirs."""
+def to_hf(model_dir_path, output_dir, overwrite: bool = False, step: Optional[int] = None,
+          dtype: str = "float32") -> list:
+    """A model dir's latest checkpoint (or `ckpt-<step>`) → `<out>/discriminator` and `<out>/generator` HF
+    dirs, weights in `dtype` (float32 or float16)."""
     model_dir.check_output(output_dir, overwrite)
     config, values = model_dir.read_model_dir(model_dir_path, model_dir.checkpoint_at(model_dir_path, step))
     with model_dir.staged_output(output_dir, overwrite) as staging:
-        return hf.export_hf(values, config, Path(model_dir_path) / model_dir.VOCAB_FILE, staging)
+        return hf.export_hf(values, config, Path(model_dir_path) / model_dir.VOCAB_FILE, staging, dtype)

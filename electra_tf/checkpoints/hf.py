@@ -29,6 +29,8 @@ WEIGHTS_FILE = "model.safetensors"
 LEGACY_WEIGHTS_FILE = "pytorch_model.bin"
 ROLES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
 Pair = Tuple[str, str, bool]  # (TF1 name, HF key, transposed)
+# float16 halves the files (the released models are float32); the import reads either as float32.
+EXPORT_DTYPES = ("float32", "float16")
 
 
 def _dense(tf1: str, hf: str) -> List[Pair]:
@@ -79,15 +81,16 @@ def network_pairs(config: PretrainingConfig) -> Dict[str, Tuple[BertConfig, List
     return networks
 
 
-def hf_config(encoder: BertConfig, role: str) -> dict:
-    """config.json of one HF network; HF's "gelu" is the exact erf GELU, as ours."""
+def hf_config(encoder: BertConfig, role: str, dtype: str = "float32") -> dict:
+    """config.json of one HF network; HF's "gelu" is the exact erf GELU, as ours. transformers
+    reads the weights' dtype from "dtype" since 4.56, from "torch_dtype" before."""
     fields = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
               "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
               "max_position_embeddings", "type_vocab_size", "initializer_range")
     return {"architectures": [ROLES[role]], "model_type": "electra",
             **{name: getattr(encoder, name) for name in fields},
             "layer_norm_eps": LAYER_NORM_EPSILON, "pad_token_id": 0, "tie_word_embeddings": True,
-            "dtype": "float32"}
+            "dtype": dtype, "torch_dtype": dtype}
 
 
 def tokenizer_files(do_lower_case: bool) -> Dict[str, dict]:
@@ -99,9 +102,13 @@ def tokenizer_files(do_lower_case: bool) -> Dict[str, dict]:
             "special_tokens_map.json": special}
 
 
-def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_file, directory) -> List[str]:
-    """Writes `<directory>/{discriminator,generator}/`; returns the roles written."""
+def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_file, directory,
+              dtype: str = "float32") -> List[str]:
+    """Writes `<directory>/{discriminator,generator}/` with weights in `dtype` (one of
+    EXPORT_DTYPES); returns the roles written."""
     from safetensors.numpy import save_file
+    if dtype not in EXPORT_DTYPES:
+        raise InputError(f"dtype {dtype!r}: HF exports are written in {' or '.join(EXPORT_DTYPES)}")
     networks = network_pairs(config)
     if "generator" in networks and config.discriminator_config().hidden_act != "gelu":
         raise InputError(f"hidden_act {config.discriminator_config().hidden_act!r}: HF's generator head "
@@ -113,10 +120,10 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
                              f"(and {len(missing) - 1} more)")
         out = Path(directory) / role
         out.mkdir(parents=True)
-        tensors = {hf: np.ascontiguousarray(values[tf1].T if transposed else values[tf1], np.float32)
+        tensors = {hf: np.ascontiguousarray(values[tf1].T if transposed else values[tf1], dtype)
                    for tf1, hf, transposed in pairs}
         save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-        (out / "config.json").write_text(json.dumps(hf_config(encoder, role), indent=2) + "\n")
+        (out / "config.json").write_text(json.dumps(hf_config(encoder, role, dtype), indent=2) + "\n")
         (out / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
         for name, content in tokenizer_files(config.do_lower_case).items():
             (out / name).write_text(json.dumps(content, indent=2) + "\n")
