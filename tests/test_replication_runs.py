@@ -86,6 +86,8 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert table.count("- measured ordering by GLUE average") == 2 and table.count("- neighbours: ") == 2
     assert "paper Table 5 (base) orders 1 of these pairs" in table and "orders 9 of these pairs" in table
     assert "- HF export (electra): its discriminator in float16, " in table and "committed in `hf/electra`" in table
+    from paper_replication.worker import CPU
+    assert table.count(f"- machine time by CPU: {CPU} ") == 3  # each stage, all on this machine
     for png in ("glue_vs_flops.png", "pretraining_curves.png"):
         assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
     exported = out / "results" / "hf" / "electra"

@@ -218,10 +218,31 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
     assert (finished["steps_timed"], finished["machine_seconds"]) == (10, 5.0)
     assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    assert ctx.spent([Unit(u["id"], "pretrain", u["params"]) for u in units]) == 7.0 + 5.0 + 3.0
+    segments = [Unit(u["id"], "pretrain", u["params"]) for u in units]
+    assert ctx.spent(segments) == 7.0 + 5.0 + 3.0
     # A record of the worker that its unit file names (committed while it ran) is not counted again.
     store.write_unrecorded("s1/run/pretrain/20", finished["worker"], {"machine_seconds": 4.0, "seconds": 4.0})
     assert [r["machine_seconds"] for r in store.unrecorded("s1/run/pretrain/20")] == [3.0]
+    # Every record names the CPU, so the report can split the time by machine; older ones did not.
+    assert first["cpu"] == left["cpu"] == finished["cpu"] == worker.CPU
+    assert ctx.spent_by_cpu(segments) == {worker.CPU: 15.0}
+    store.write_unrecorded("s1/run/pretrain/20", "20261125T000000-1-abcdef", {"machine_seconds": 2.0, "seconds": 2.0})
+    assert ctx.spent_by_cpu(segments) == {worker.CPU: 15.0, "not recorded": 2.0}
+    # A segment trained again elsewhere (a new machine) keeps the earlier run's time and CPU on record.
+    store.write("s1/run/pretrain/10", {"machine_seconds": 9.0, "seconds": 9.0, "cpu": "other CPU", "worker": "w2"})
+    assert ctx.spent_by_cpu(segments) == {worker.CPU: 15.0, "not recorded": 2.0, "other CPU": 9.0}
+
+
+def test_the_cpu_description_names_the_model_and_its_vector_extension():
+    from paper_replication import worker
+    model, _, rest = worker.CPU.rpartition(" (")
+    assert model and rest.endswith(f", {worker.CORES} cores)")
+    if Path("/proc/cpuinfo").is_file():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next(line for line in lines if line.startswith("flags")).split()
+        expected = ("AVX-512 + AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags
+                    else "AVX2" if "avx2" in flags else "no AVX2")
+        assert rest == f"{expected}, {worker.CORES} cores)"
 
 
 def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):

@@ -70,7 +70,8 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
                        "regime": plan.regime.name if plan.regime else None, "random_init": random,
                        "rules_out_later": rules_out_later(plan, number),
                        "runs": [_run_summary(ctx, run, tasks) for run in plan.runs],
-                       "throughput": measured["throughput"], "exports": measured["export"]})
+                       "throughput": measured["throughput"], "exports": measured["export"],
+                       "machine_seconds_by_cpu": ctx.spent_by_cpu(plan.units)})
     if plans[0].complete and plans[0].regime is None:
         stages[0]["extrapolation"] = extrapolation(stages[0], s)
         stages[0]["notes"] = stages[0]["notes"] + stages[0]["extrapolation"]
@@ -190,8 +191,16 @@ def write_table(results: dict, path: Path) -> None:
                                                     _num(point["average"], 2), _num(metrics.get("disc_auc")),
                                                     _loss(metrics), _num(metrics.get("masked_lm_accuracy")),
                                                     _num(metrics.get("masked_lm_accuracy_at_mask"))]) + " |")
-        lines += [""] * (lines[-1] != "") + [f"- {note}" for note in stage["notes"]] + [""]
+        lines += [""] * (lines[-1] != "") + [f"- {note}" for note in stage["notes"]]
+        lines += [_time_by_cpu(stage["machine_seconds_by_cpu"])] * bool(stage["machine_seconds_by_cpu"]) + [""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _time_by_cpu(seconds: Dict[str, float]) -> str:
+    """The stage's machine time by the CPU that spent it, most first: machine classes differ in speed,
+    so equal FLOPs took unequal time."""
+    parts = [f"{cpu} {value / 3600:.2f} h" for cpu, value in sorted(seconds.items(), key=lambda kv: -kv[1])]
+    return "- machine time by CPU: " + "; ".join(parts)
 
 
 def write_plots(results: dict, directory: Path) -> List[Path]:

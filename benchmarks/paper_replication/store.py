@@ -67,7 +67,7 @@ class Store:
         time was spent, and budgets count it."""
         earlier = self.read(unit_id)
         if earlier is not None and (earlier.get("worker") is None or earlier["worker"] != result.get("worker")):
-            record = {key: earlier[key] for key in ("seconds", "machine_seconds") if key in earlier}
+            record = {key: earlier[key] for key in ("seconds", "machine_seconds", "cpu") if key in earlier}
             name = earlier.get("worker") or f"earlier-{time.time_ns()}"
             self.write_unrecorded(unit_id, name, {**record, "superseded": True})
         for path in self._paths(unit_id):

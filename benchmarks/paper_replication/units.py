@@ -67,13 +67,28 @@ class Context:
     def result(self, unit_id: str) -> Optional[dict]:
         return self.store.read(unit_id)
 
+    def _time_records(self, units: Sequence[Unit]):
+        """Every record of time the units took: their unit files and the time of stopped workers that
+        no unit file holds (`Store.unrecorded`)."""
+        for unit in units:
+            yield self.result(unit.id) or {}
+            yield from self.store.unrecorded(unit.id)
+
     def spent(self, units: Sequence[Unit], machine: bool = True) -> float:
         """Seconds the units took: machine seconds (CPU time / cores: the time on the machine alone;
-        wall seconds where a result predates them) or, with `machine=False`, wall seconds. Includes
-        the time of stopped workers that no unit file holds (`Store.unrecorded`)."""
+        wall seconds where a result predates them) or, with `machine=False`, wall seconds."""
         seconds = machine_time if machine else (lambda record: record.get("seconds", 0.0))
-        return sum(seconds(self.result(u.id) or {}) + sum(seconds(r) for r in self.store.unrecorded(u.id))
-                   for u in units)
+        return sum(seconds(record) for record in self._time_records(units))
+
+    def spent_by_cpu(self, units: Sequence[Unit]) -> Dict[str, float]:
+        """The units' machine seconds by the CPU that spent them ("not recorded" for records written
+        before workers named it, on 2026-11-26)."""
+        by_cpu: Dict[str, float] = {}
+        for record in self._time_records(units):
+            if machine_time(record):
+                cpu = record.get("cpu", "not recorded")
+                by_cpu[cpu] = by_cpu.get(cpu, 0.0) + machine_time(record)
+        return by_cpu
 
     def corpus_split(self) -> Tuple[List[Path], List[Path]]:
         """(training files, held-out files) of the corpus, in sorted order."""

@@ -16,6 +16,7 @@ import importlib
 import io
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -36,6 +37,25 @@ CORES = os.cpu_count() or 1
 WALL_CLOCK = False  # set from the spec (--clock wall): a dedicated machine, e.g. with a GPU
 
 
+def cpu_description() -> str:
+    """The CPU the time was spent on, for the report's machine time by CPU: its model, the widest
+    vector extension the kernels can use and the cores, e.g. "AMD EPYC (AVX2, 2 cores)"."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = info.read().splitlines()
+    except OSError:  # not Linux
+        return f"{platform.machine()} ({CORES} cores)"
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                 platform.machine())
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    isa = ("AVX-512 + AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags
+           else "AVX2" if "avx2" in flags else "no AVX2")
+    return f"{model} ({isa}, {CORES} cores)"
+
+
+CPU = cpu_description()
+
+
 def machine_seconds() -> float:
     """This process's CPU time (its finished children's included) over the machine's cores: the wall
     time its work would take on the machine alone. Budgets and the cap count these, so a shared
@@ -48,7 +68,8 @@ def machine_seconds() -> float:
 
 
 class Stopwatch:
-    """Wall and machine seconds since it was started or last restarted: what a unit's time is."""
+    """Wall and machine seconds since it was started or last restarted, and the CPU they were spent
+    on: what a unit's time is."""
 
     def __init__(self):
         self.restart()
@@ -57,7 +78,8 @@ class Stopwatch:
         self.wall, self.machine = time.monotonic(), machine_seconds()
 
     def elapsed(self) -> dict:
-        return {"seconds": time.monotonic() - self.wall, "machine_seconds": machine_seconds() - self.machine}
+        return {"seconds": time.monotonic() - self.wall, "machine_seconds": machine_seconds() - self.machine,
+                "cpu": CPU}
 
 
 class Tee(io.TextIOBase):
