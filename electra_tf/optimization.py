@@ -97,6 +97,12 @@ def sum_duplicate_indices(grads_and_vars):
     return summed
 
 
+def gradient_norm(grads) -> tf.Tensor:
+    """The global norm that `global_clipnorm` compares with its threshold (duplicate rows summed
+    first, as the optimizer does); [] float32. Logged as the training's `grad_norm`."""
+    return tf.linalg.global_norm([g for g, _ in sum_duplicate_indices([(g, None) for g in grads if g is not None])])
+
+
 class _ExactGlobalNormClipping:
     """Mixin for legacy tf_keras optimizers: `global_clipnorm` measures the true gradient norm."""
 

@@ -48,6 +48,11 @@ def test_trains_checkpoints_evaluates_and_resumes(data_dir, capsys):
                  "disc_loss", "disc_auc", "disc_accuracy", "disc_precision", "disc_recall"):
         assert 0.0 <= results[name] < 20.0, name
     assert "masked_lm_accuracy_at_mask " in out and "(at [MASK] " in out
+    # the gradient's norm before clipping, per logged interval, on the console and in TensorBoard
+    from electra_tf.training.curves import read_scalars
+    norms = [float(m) for m in re.findall(r"^step \d+/40 .* grad_norm ([\d.]+) \|", out, flags=re.M)]
+    assert len(norms) == 4 and all(0.0 < norm < 1e4 for norm in norms)
+    assert [value for _, value in read_scalars(model_dir / "train")["grad_norm"]] == pytest.approx(norms, abs=1e-4)
     assert results["global_step"] == 40 and results["eval_batches"] == 4
     assert results["eval_examples"] == 64  # 4 full batches of 16, num_eval_steps reached
     assert results["eval_complete"] == 0.0 and "not the whole set" in out

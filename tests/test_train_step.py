@@ -74,6 +74,25 @@ def test_step_reduces_loss_and_updates_every_trained_variable(graph_run):
     assert not unchanged
 
 
+def test_the_gradient_hook_sees_the_gradient_the_optimizer_clips():
+    """on_gradients gets each step's gradients before clipping: their norm (duplicate embedding
+    rows summed, as the optimizer does) equals one computed by hand on the same weights, batch and
+    seed. A fresh ELECTRA's is far above the clip threshold of 1 (the 50-weighted RTD loss)."""
+    from electra_tf.optimization import gradient_norm
+    model, optimizer = build(**STEADY)
+    recorded = tf.Variable(0.0)
+    step = tf.function(make_train_step(model, optimizer,
+                                       on_gradients=lambda grads: recorded.assign(gradient_norm(grads))))
+    for i in range(3):
+        features, seed = BATCHES[i], tf.constant([0, i])
+        with tf.GradientTape() as tape:
+            loss = model(features, training=True, seed=seed, stage="joint").loss
+        expected = float(gradient_norm(tape.gradient(loss, model.trainable_variables_for("joint"))))
+        step(features, seed)
+        assert float(recorded) == pytest.approx(expected, rel=1e-5)
+        assert expected > 1.0
+
+
 def test_discriminator_stage_leaves_the_generator_frozen():
     model, optimizer = build(generator_hidden_size=1.0, two_stage_generator_steps=10)
     generator = [v.numpy().copy() for v in model.network.generator_head.trainable_variables]

@@ -30,7 +30,7 @@ import tf_keras
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
-from electra_tf.optimization import create_optimizer, create_slots
+from electra_tf.optimization import create_optimizer, create_slots, gradient_norm
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import checkpointing, distribution, interruption
@@ -86,6 +86,9 @@ class _Training:
         with strategy.scope():
             self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight,
                                               padded_auc=False)  # the training step's own metrics
+            # The gradient's global norm before clipping (clip_norm 1.0 divides every step whose norm
+            # exceeds 1 by it): a training-only figure, so kept beside the shared metrics.
+            self.gradient_norm = tf_keras.metrics.Mean("grad_norm")
             self.evaluator = Evaluator(strategy, model, has_rtd, config.disc_weight, config.seed)
         self.base_seed = tf.constant([config.seed, 0], tf.int64)
         self.loops = {}  # compiled training loops by stage
@@ -95,6 +98,20 @@ class _Training:
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         seed = tf.random.experimental.stateless_fold_in(self.base_seed, tf.cast(step, tf.int64))
         return tf.random.experimental.stateless_fold_in(seed, replica)
+
+    def _record_gradient_norm(self, grads) -> None:
+        norm = gradient_norm(grads)
+        finite = tf.math.is_finite(norm)  # a float16 overflow step, which the optimizer skips
+        self.gradient_norm.update_state(tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32))
+
+    def train_results(self) -> Dict[str, float]:
+        """The training metrics since the last call (which resets them): the shared ones and grad_norm."""
+        results = self.metrics.result()
+        if float(self.gradient_norm.count.read_value()) > 0:
+            results["grad_norm"] = float(self.gradient_norm.result())
+        self.metrics.reset_state()
+        self.gradient_norm.reset_state()
+        return results
 
     def train_loop(self, stage: str):
         """A tf.function running `num_steps` steps of `stage`; returns the mean loss."""
@@ -106,7 +123,8 @@ class _Training:
                 self.model, self.optimizer, stage=stage, jit_compile=config.jit_compile,
                 gradient_accumulation_steps=config.gradient_accumulation_steps,
                 on_output=lambda features, output: update_metrics(
-                    self.metrics, features, output, self.model.special_ids["mask_id"]))
+                    self.metrics, features, output, self.model.special_ids["mask_id"]),
+                on_gradients=self._record_gradient_norm)
 
         def replica_step(features):
             return step_fn(features, self._seed(self.optimizer.iterations))
@@ -283,9 +301,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
             if step % config.log_every == 0 or step == config.num_train_steps:
                 last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
                 logged_step = step
-                reporter.train_progress(step, last_loss, training.metrics.result(),
-                                        float(_learning_rate(optimizer)))
-                training.metrics.reset_state()
+                reporter.train_progress(step, last_loss, training.train_results(), float(_learning_rate(optimizer)))
             if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
                 training.model.init_discriminator_from_generator()
             if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:

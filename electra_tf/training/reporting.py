@@ -45,7 +45,7 @@ class Reporter:
         self._last_time, self._last_step = now, step
         shown = " ".join(f"{name} {metrics[name]:.4f}" for name in
                          ("masked_lm_loss", "masked_lm_accuracy", "masked_lm_accuracy_at_mask", "disc_loss",
-                          "disc_auc") if name in metrics)
+                          "disc_auc", "grad_norm") if name in metrics)
         print(f"step {step}/{self.total_steps} ({100.0 * step / self.total_steps:.1f}%) loss {loss:.4f} "
               f"{shown} | {examples_per_second:,.1f} examples/s | lr {learning_rate:.3g} | "
               f"elapsed {format_duration(now - self._start)} ETA {format_duration(eta)}",

@@ -10,7 +10,7 @@ With `jit_compile=True` the forward and backward pass (loss → gradients) are o
 MirroredStrategy it holds the cross-replica all-reduce, which XLA cannot compile.
 """
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -32,7 +32,8 @@ def _pretraining_loss(stage: str) -> LossFn:
 def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy.Optimizer, *,
                     loss_fn: Optional[LossFn] = None, stage: str = "joint", jit_compile: bool = False,
                     gradient_accumulation_steps: int = 1,
-                    on_output: Optional[Callable[[dict, Any], None]] = None
+                    on_output: Optional[Callable[[dict, Any], None]] = None,
+                    on_gradients: Optional[Callable[[List[Any]], None]] = None
                     ) -> Callable[[dict, Optional[tf.Tensor]], tf.Tensor]:
     """The per-replica training step `step(features, seed) -> loss` (float32 scalar).
 
@@ -54,6 +55,8 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
         randomness from `fold_in(seed, j)`.
       on_output: called as `on_output(micro_batch_features, output)` after each forward pass (for
         metrics), outside XLA.
+      on_gradients: called with the gradients the optimizer is given (unscaled, averaged over the
+        micro-batches; a replica's own under a strategy), before it aggregates and clips them.
 
     Variables without a gradient (None: unused by this loss) are skipped, not updated.
     """
@@ -84,6 +87,8 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
         return loss, grads
 
     def apply(grads):
+        if on_gradients is not None:
+            on_gradients([g for g in grads if g is not None])
         optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
 
     if gradient_accumulation_steps == 1:
