@@ -333,3 +333,25 @@ def test_the_worker_loads_every_module_its_units_import_when_it_starts():
             elif isinstance(node, ast.ImportFrom) and node.module not in loaded:  # or each name a loaded module
                 missing += [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" not in loaded]
     assert not missing, missing
+
+
+def test_eta_prefers_what_was_measured_on_this_cpu(tmp_path):
+    """After a move to another machine class, each figure of the ETA comes from the results
+    measured on the CPU it runs on once there are any (fine-tuning here), and from all results where
+    this CPU has none yet (evaluations); results that name no CPU count as another machine's."""
+    from paper_replication.eta import Estimator
+    from paper_replication.store import Store
+    glue = tmp_path / "out" / "glue" / "RTE"
+    glue.mkdir(parents=True)
+    (glue / "train.tsv").write_text("header\n" + "row\n" * 10)  # RTE: 10 rows x 10 epochs = 100 passes
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    store = Store(ctx.output_dir, ctx.results_dir)
+    trials = [Unit(f"s2/run/ft/10/rte/seed{k}", "finetune", {"task": "rte", "seed": k}) for k in (1, 2, 3, 4)]
+    evals = [Unit(f"s2/run/eval/{step}", "eval", {}) for step in (10, 20)]
+    for unit, seconds, cpu in ((trials[0], 100.0, None), (trials[1], 100.0, "old CPU"), (trials[2], 150.0, "new CPU"),
+                               (evals[0], 20.0, "old CPU")):
+        store.write(unit.id, {"seconds": seconds, "machine_seconds": seconds, **({"cpu": cpu} if cpu else {})})
+    pending, units = trials[3], trials + evals
+    assert Estimator(ctx, units, cpu="new CPU").seconds(pending) == pytest.approx(150.0)
+    assert Estimator(ctx, units, cpu="new CPU").seconds(evals[1]) == pytest.approx(20.0)
+    assert Estimator(ctx, units, cpu="a third CPU").seconds(pending) == pytest.approx(350.0 / 3)

@@ -8,13 +8,18 @@ by finished segments of the same run, else by any pretraining on this machine (s
 throughput runs), else a prior.
 Fine-tuning trials: training examples seen x the measured seconds per example. Evaluations: the
 mean measured. Everything else: fixed priors (a few minutes at most).
+Machine classes differ in speed (an AVX2 CPU took about 1.5x an AVX-512 one's time per step), so
+each figure comes from the results measured on the CPU the estimate is made on when there are
+any, else from all of them (results before 2026-11-26 do not name their CPU).
 """
 
+import os
 import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from paper_replication.units import Context, Unit, latest_checkpoint_step, machine_time, train_passes
+from paper_replication.units import (Context, Unit, cpu_description, latest_checkpoint_step, machine_time,
+                                     train_passes)
 
 PRIORS = {"vocab": 300.0, "build": 900.0, "throughput": 180.0, "eval": 60.0, "finetune": 120.0, "export": 30.0}
 PRIOR_FLOPS_PER_SECOND = 3e10
@@ -23,32 +28,40 @@ PRIOR_FLOPS_PER_SECOND = 3e10
 class Estimator:
     """Measured rates over a set of units (all stages planned so far)."""
 
-    def __init__(self, ctx: Context, units: Sequence[Unit]):
+    def __init__(self, ctx: Context, units: Sequence[Unit], cpu: Optional[str] = None):
         self.ctx = ctx
-        self.run_rates: Dict[str, List[float]] = {}
-        self.eval_seconds: List[float] = []
-        passes, finetune_seconds, ratios = 0, 0.0, []
+        here = cpu or cpu_description(os.cpu_count() or 1)
+        # Each figure's samples as (the CPU that measured it, value); `_on` keeps this CPU's if any.
+        run_rates: Dict[str, list] = {}
+        eval_seconds, finetune, ratios = [], [], []
         for unit in units:
             result = ctx.result(unit.id)
             if result is None:
                 continue
-            machine = machine_time(result)
+            measured_on, machine = result.get("cpu"), machine_time(result)
             if machine > 1:
-                ratios.append(result.get("seconds", machine) / machine)
+                ratios.append((measured_on, result.get("seconds", machine) / machine))
             if unit.kind == "pretrain" and result.get("steps_timed") and machine > 1:
                 flops = result["steps_timed"] * unit.params["flops_per_step"]
-                self.run_rates.setdefault(unit.params["run"], []).append(flops / machine)
+                run_rates.setdefault(unit.params["run"], []).append((measured_on, flops / machine))
             elif unit.kind == "throughput":
                 steps_per_second = result["examples_per_machine_second"] / unit.params["hparams"]["train_batch_size"]
-                self.run_rates.setdefault(unit.id, []).append(steps_per_second * unit.params["flops_per_step"])
+                rate = steps_per_second * unit.params["flops_per_step"]
+                run_rates.setdefault(unit.id, []).append((measured_on, rate))
             elif unit.kind == "eval":
-                self.eval_seconds.append(machine)
+                eval_seconds.append((measured_on, machine))
             elif unit.kind == "finetune":
-                passes += train_passes(ctx, unit.params["task"])
-                finetune_seconds += machine
-        self.wall_per_machine = statistics.median(ratios) if ratios else 1.0
-        self.seconds_per_pass: Optional[float] = finetune_seconds / passes if passes else None
-        rates = [r for values in self.run_rates.values() for r in values]
+                finetune.append((measured_on, (train_passes(ctx, unit.params["task"]), machine)))
+
+        def _on(samples: list) -> list:
+            return [value for measured_on, value in samples if measured_on == here] or [v for _, v in samples]
+
+        self.run_rates: Dict[str, List[float]] = {run: _on(samples) for run, samples in run_rates.items()}
+        self.eval_seconds: List[float] = _on(eval_seconds)
+        self.wall_per_machine = statistics.median(_on(ratios)) if ratios else 1.0
+        passes = sum(p for p, _ in _on(finetune))
+        self.seconds_per_pass: Optional[float] = sum(s for _, s in _on(finetune)) / passes if passes else None
+        rates = _on([sample for samples in run_rates.values() for sample in samples])
         self.flops_per_second = statistics.median(rates) if rates else PRIOR_FLOPS_PER_SECOND
 
     def seconds(self, unit: Unit) -> float:

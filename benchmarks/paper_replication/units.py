@@ -10,6 +10,7 @@ and a pending unit needs it. Planning is pure Python (no TensorFlow), so `--stat
 import dataclasses
 import functools
 import math
+import platform
 import re
 import statistics
 from pathlib import Path
@@ -47,6 +48,23 @@ class Run:
     steps: int
     save_every: int
     probe_steps: Tuple[int, ...]
+
+
+def cpu_description(cores: int) -> str:
+    """The CPU a worker spends its time on, which every time record names: its model, the widest
+    vector extension the kernels can use and the cores, e.g. "AMD EPYC (AVX2, 2 cores)". The report
+    splits machine time by it, and the ETA prefers rates measured on the CPU it runs on."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = info.read().splitlines()
+    except OSError:  # not Linux
+        return f"{platform.machine()} ({cores} cores)"
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                 platform.machine())
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    isa = ("AVX-512 + AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags
+           else "AVX2" if "avx2" in flags else "no AVX2")
+    return f"{model} ({isa}, {cores} cores)"
 
 
 def machine_time(record: dict) -> float:

@@ -16,7 +16,6 @@ import importlib
 import io
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from electra_tf.cli import use_pooled_cpu_allocator
 from paper_replication.store import Store
-from paper_replication.units import latest_checkpoint_step
+from paper_replication.units import cpu_description, latest_checkpoint_step
 
 PROGRESS_STEP = re.compile(r"^step (\d+)/")
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
@@ -37,23 +36,7 @@ CORES = os.cpu_count() or 1
 WALL_CLOCK = False  # set from the spec (--clock wall): a dedicated machine, e.g. with a GPU
 
 
-def cpu_description() -> str:
-    """The CPU the time was spent on, for the report's machine time by CPU: its model, the widest
-    vector extension the kernels can use and the cores, e.g. "AMD EPYC (AVX2, 2 cores)"."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            lines = info.read().splitlines()
-    except OSError:  # not Linux
-        return f"{platform.machine()} ({CORES} cores)"
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                 platform.machine())
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    isa = ("AVX-512 + AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags
-           else "AVX2" if "avx2" in flags else "no AVX2")
-    return f"{model} ({isa}, {CORES} cores)"
-
-
-CPU = cpu_description()
+CPU = cpu_description(CORES)
 
 
 def machine_seconds() -> float:
