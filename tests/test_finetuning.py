@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,6 +125,24 @@ def test_loss_is_each_examples_own_task_summed_over_the_batch(data_dir):
     expected += sum((scores[i] - batch["targets"][i]) ** 2 for i in (1, 3, 4))
     assert float(model.loss(batch, outputs)) == pytest.approx(expected, rel=1e-5)
     assert float(model.loss(batch, outputs, "mean")) == pytest.approx(expected / 6, rel=1e-5)
+
+
+def test_a_process_reuses_the_tokenizer_of_the_same_vocab(tmp_path, data_dir, vocab_file):
+    """Runs of one process share a tokenizer per vocab and casing (the replication runs one trial
+    per run); a vocab file rewritten in place gets a tokenizer of its new tokens."""
+    first = make_tokenizer(finetuning_config(data_dir))
+    assert make_tokenizer(finetuning_config(data_dir, task_names=["sts"])) is first
+    assert make_tokenizer(finetuning_config(data_dir, do_lower_case=False)) is not first
+    vocab = tmp_path / "vocab.txt"
+    tokens = Path(vocab_file).read_text(encoding="utf-8").splitlines()
+    vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    before = make_tokenizer(finetuning_config(data_dir, vocab_file=str(vocab)))
+    assert before.convert_tokens_to_ids(["hello"]) == first.convert_tokens_to_ids(["hello"])
+    index = tokens.index("hello")
+    tokens[index], tokens[index + 1] = tokens[index + 1], tokens[index]
+    vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    after = make_tokenizer(finetuning_config(data_dir, vocab_file=str(vocab)))
+    assert after is not before and after.convert_tokens_to_ids(["hello"]) == [index + 1]
 
 
 def test_dynamic_padding_predicts_what_fixed_padding_predicts(data_dir):

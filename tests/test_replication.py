@@ -188,7 +188,7 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
     batches = []
 
-    def fake_worker(ctx, stage, batch):
+    def fake_worker(worker, stage, batch):
         batches.append([unit.id for unit in batch])
         for unit in batch:
             ctx.store.write(unit.id, {"seconds": 2.0, "steps_timed": 10})
@@ -196,7 +196,7 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())
     monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
     monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage: [StagePlan(units, complete=True)])
-    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    monkeypatch.setattr(runner.Worker, "run", fake_worker)
     reports = []
     assert runner.execute(ctx, 1, reports.append, max_units=1) == 0  # the vocab, then the run does not fit
     assert batches == [["s1/data/vocab"]] and "stopped after 1 units (--max-units 1; the next would exceed it)" \
@@ -213,6 +213,54 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     assert ctx.pending(units) == []
     assert replicate_paper.main(["--output-dir", str(tmp_path / "out"), "--max-units", "0"]) == 2
     assert "error: --max-units 0 must be at least 1" in capsys.readouterr().err
+
+
+FAKE_WORKER = """
+import json, os, sys
+for line in iter(sys.stdin.readline, ""):
+    for unit in json.loads(open(line.strip()).read())["units"]:
+        print("@@start", unit["id"], "0.0", flush=True)
+        print("working in", os.getpid(), flush=True)
+        if unit["kind"] == "fail":
+            sys.exit(3)
+        print("@@end", unit["id"], "1.0", flush=True)
+    print("@@idle", flush=True)
+"""
+
+
+def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path, monkeypatch, capsys):
+    """The runner keeps its worker process over batches (TensorFlow loads once), starts a fresh one
+    once BATCH_UNITS units have run, lets an idle one end when closed, and turns a worker's death
+    into one error naming the stage's log. The worker is a stand-in speaking the same protocol."""
+    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    started = []
+
+    def start(self):
+        started.append(subprocess.Popen([sys.executable, "-c", FAKE_WORKER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1))
+        return started[-1]
+
+    monkeypatch.setattr(runner.Worker, "_start", start)
+    monkeypatch.setattr(runner, "BATCH_UNITS", 3)
+    units = [Unit(f"s1/pilot_a/eval/{n}", "eval", {}) for n in range(5)]
+    stage = runner.Stage(ctx, [StagePlan(units, complete=True)], 1)
+    with runner.Worker(ctx) as worker:
+        worker.run(stage, units[:2])
+        worker.run(stage, units[2:3])  # the same process: 3 units so far
+        assert len(started) == 1
+        worker.run(stage, units[3:])  # BATCH_UNITS reached: a fresh process
+        assert len(started) == 2 and started[0].returncode == 0  # the first ended when its input closed
+    assert started[1].wait(timeout=10) == 0
+    out = capsys.readouterr().out
+    assert [line.split("] ")[1].split(" |")[0] for line in out.splitlines()][:2] == [
+        "start s1/pilot_a/eval/0", "done s1/pilot_a/eval/0 in 1s"]
+    log = (ctx.output_dir / "logs" / "stage1.log").read_text()
+    assert log.count("working in") == 5 and "@@idle" not in log
+
+    with runner.Worker(ctx) as worker, pytest.raises(SystemExit) as failed:
+        worker.run(stage, [Unit("s1/pilot_a/eval/9", "fail", {})])
+    assert f"a unit of stage 1 failed (exit 3); log: {ctx.output_dir / 'logs' / 'stage1.log'}" in str(failed.value)
+    assert "working in" in capsys.readouterr().err  # the log's last lines
 
 
 def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, capsys, shared_data):
@@ -240,7 +288,7 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     def spec_clock(ctx):  # the clock a worker is started with
         monkeypatch.setattr(runner.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError("stop")))
         with pytest.raises(OSError):
-            runner.run_worker(ctx, runner.Stage(ctx, [StagePlan([], complete=True)], 1), [])
+            runner.Worker(ctx).run(runner.Stage(ctx, [StagePlan([], complete=True)], 1), [])
         return json.loads((ctx.output_dir / "specs" / "stage1.json").read_text())["clock"]
 
     assert spec_clock(again) == "wall"
@@ -256,12 +304,11 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     assert runner.settle_clock(older, None) is None and older.clock == "machine" and spec_clock(older) == "machine"
 
     monkeypatch.setattr(worker, "WALL_CLOCK", True)
-    monkeypatch.setattr(worker, "use_pooled_cpu_allocator", lambda: None)
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"output_dir": str(tmp_path / "w"), "results_dir": str(tmp_path / "r"), "units": []}))
-    assert worker.main(str(spec)) == 0 and not worker.WALL_CLOCK  # the runner before --clock wrote no clock
-    spec.write_text(json.dumps({**json.loads(spec.read_text()), "clock": "wall"}))
-    assert worker.main(str(spec)) == 0 and worker.WALL_CLOCK
+    spec = {"output_dir": str(tmp_path / "w"), "results_dir": str(tmp_path / "r"), "units": []}
+    worker.run_spec(spec)
+    assert not worker.WALL_CLOCK  # the runner before --clock wrote no clock
+    worker.run_spec({**spec, "clock": "wall"})
+    assert worker.WALL_CLOCK
     stopwatch = worker.Stopwatch()
     time.sleep(0.2)
     spent = stopwatch.elapsed()

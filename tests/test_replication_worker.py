@@ -252,12 +252,10 @@ def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):
     clock = {"now": 50.0}
     monkeypatch.setattr(worker, "machine_seconds", lambda: clock["now"])
     monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
-    monkeypatch.setattr(worker, "use_pooled_cpu_allocator", lambda: None)
     monkeypatch.setattr(worker, "_mark", lambda *args: None)
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir),
-                                "units": [{"id": "s1/data/vocab_learned", "kind": "vocab", "params": {}}]}))
+    spec = {"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir),
+            "units": [{"id": "s1/data/vocab_learned", "kind": "vocab", "params": {}}]}
 
     def stopped(params, output_dir):
         clock["now"] += 4.0
@@ -269,10 +267,10 @@ def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):
 
     monkeypatch.setitem(worker.HANDLERS, "vocab", stopped)
     with pytest.raises(KeyboardInterrupt):
-        worker.main(str(spec))
+        worker.run_spec(spec)
     assert ctx.result("s1/data/vocab_learned") is None
     monkeypatch.setitem(worker.HANDLERS, "vocab", lambda params, output_dir: clock.update(now=clock["now"] + 1.5) or {})
-    assert worker.main(str(spec)) == 0
+    worker.run_spec(spec)
     assert ctx.result("s1/data/vocab_learned")["machine_seconds"] == 1.5
     assert ctx.spent([Unit("s1/data/vocab_learned", "vocab", {})]) == 1.5 + 4.0
 

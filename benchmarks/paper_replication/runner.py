@@ -19,6 +19,7 @@ from paper_replication.eta import Estimator
 from paper_replication.stages import StagePlan, plan_all, rules_out_later
 from paper_replication.store import read_json, write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoint_step
+from paper_replication.worker import IDLE
 
 BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
 CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
@@ -151,36 +152,74 @@ class Stage:
                 f"| stage time {duration(spent)}, ETA {duration(estimator.total(pending))}")
 
 
-def run_worker(ctx: Context, stage: Stage, units: List[Unit]) -> None:
-    """Runs `units` in one worker subprocess, relaying its markers as progress lines."""
-    spec = ctx.output_dir / "specs" / f"stage{stage.number}.json"
-    write_json(spec, {"output_dir": str(ctx.output_dir), "results_dir": str(ctx.results_dir), "clock": ctx.clock,
-                      "units": [{"id": u.id, "kind": u.kind, "params": u.params} for u in units]})
-    log = ctx.output_dir / "logs" / f"stage{stage.number}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ctx.repo), str(ctx.repo / "benchmarks")]),
-               TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), PYTHONUNBUFFERED="1")
-    with log.open("a", encoding="utf-8") as out:
-        process = subprocess.Popen([sys.executable, "-m", "paper_replication.worker", str(spec)], cwd=ctx.repo,
-                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        try:
-            for line in process.stdout:
+class Worker:
+    """One worker subprocess (`paper_replication.worker`) kept over several batches, so TensorFlow
+    and the units' modules load once per BATCH_UNITS units rather than once per plan: at --quick's
+    size, where a plan is a handful of seconds of work, that load was a third of the run."""
+
+    def __init__(self, ctx: Context):
+        self.ctx, self.process, self.units = ctx, None, 0
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(self.ctx.repo), str(self.ctx.repo / "benchmarks")]),
+                   TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), PYTHONUNBUFFERED="1")
+        return subprocess.Popen([sys.executable, "-m", "paper_replication.worker"], cwd=self.ctx.repo, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, bufsize=1)
+
+    def run(self, stage: Stage, units: List[Unit]) -> None:
+        """Runs `units`, relaying the worker's markers as progress lines and the rest to the stage's log;
+        a fresh process first once this one has run BATCH_UNITS units (memory stays flat)."""
+        spec = self.ctx.output_dir / "specs" / f"stage{stage.number}.json"
+        write_json(spec, {"output_dir": str(self.ctx.output_dir), "results_dir": str(self.ctx.results_dir),
+                          "clock": self.ctx.clock, "units": [{"id": u.id, "kind": u.kind, "params": u.params}
+                                                             for u in units]})
+        if self.process is not None and self.units >= BATCH_UNITS:
+            self.close()
+        if self.process is None:
+            self.process, self.units = self._start(), 0
+        self.units += len(units)
+        log = self.ctx.output_dir / "logs" / f"stage{stage.number}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as out:
+            try:
+                self.process.stdin.write(f"{spec}\n")
+                self.process.stdin.flush()
+            except BrokenPipeError:  # it ended while idle; the wait below says how
+                pass
+            for line in iter(self.process.stdout.readline, ""):
+                if line == f"{IDLE}\n":
+                    return
                 out.write(line)
                 out.flush()
                 if line.startswith("@@"):
                     event, unit_id, seconds = line[2:].split()
                     text = f"start {unit_id}" if event == "start" else f"done {unit_id} in {duration(float(seconds))}"
                     print(stage.line(text), flush=True)
-            code = process.wait()
-        finally:
-            if process.poll() is None:
-                process.terminate()
-                process.wait()
-    if code != 0:
+        code, self.process = self.process.wait(), None
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
         print("\n".join(tail), file=sys.stderr)
         raise SystemExit(f"error: a unit of stage {stage.number} failed (exit {code}); log: {log}. "
                          "Rerunning the same command resumes.")
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Lets an idle worker end (its input closed); stops one still busy (the run is unwinding)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                process.stdin.close()
+                process.wait(timeout=60)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                process.terminate()
+                process.wait()
 
 
 def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[int] = None) -> int:
@@ -188,7 +227,7 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
     a pretraining segment being one; 2 with an error when `max_units` is below the number of the
     next pretraining run's pending segments, which cannot be split); `on_stage_done(ctx)` writes the report."""
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
-    with RunLock(ctx.output_dir):
+    with RunLock(ctx.output_dir), Worker(ctx) as worker:
         for path in _clock_files(ctx):  # the replication's clock (settle_clock), from its first run on
             if not path.exists():
                 write_json(path, {"clock": ctx.clock})
@@ -231,7 +270,7 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                       f"rerun with {again} to continue", flush=True)
                 on_stage_done(ctx)
                 return 0
-            run_worker(ctx, stage, batch)
+            worker.run(stage, batch)
             ran += len(batch)
 
 

@@ -67,7 +67,8 @@ def data_units(ctx: Context, vocabs: Sequence[str]) -> List[Unit]:
     if "learned" in vocabs:
         units.append(Unit("s1/data/vocab_learned", "vocab",
                           {"corpus": [str(p) for p in train], "output": str(ctx.vocab_file("learned")),
-                           "vocab_size": ctx.settings.learned_vocab_size}, artifact=str(ctx.vocab_file("learned"))))
+                           "vocab_size": ctx.settings.learned_vocab_size, "max_lines": ctx.settings.vocab_max_lines},
+                          artifact=str(ctx.vocab_file("learned"))))
     for vocab in vocabs:
         units.append(Unit(f"s1/data/build_{vocab}", "build",
                           {"train_files": [str(p) for p in train], "held_out_files": [str(p) for p in held_out],

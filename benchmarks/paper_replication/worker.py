@@ -1,9 +1,10 @@
-"""Runs a list of units in one process (TensorFlow is imported once), writing each one's result.
+"""Runs lists of units in one process (TensorFlow is imported once), writing each one's result.
 
-    python -m paper_replication.worker SPEC.json
+    echo SPEC.json | python -m paper_replication.worker
 
-SPEC: {"output_dir", "results_dir", "clock" (machine or wall; machine if absent), "units": [{"id",
-"kind", "params"}, ...]}. Each unit prints `@@start <id>` and `@@end <id> <seconds>` for the
+Each line of input names a SPEC, run in turn; `@@idle` follows each. SPEC: {"output_dir",
+"results_dir", "clock" (machine or wall; machine if absent), "units": [{"id", "kind", "params"},
+...]}. Each unit prints `@@start <id>` and `@@end <id> <seconds>` for the
 runner, which relays them as progress lines; everything else goes to the stage's log. A
 pretraining run completes all its listed segments in one go: a watcher thread copies each probe
 checkpoint aside as soon as TensorFlow has written it (before `keep_checkpoint_max` would delete
@@ -34,6 +35,7 @@ PROGRESS_STEP = re.compile(r"^step (\d+)/")
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
 CORES = os.cpu_count() or 1
 WALL_CLOCK = False  # set from the spec (--clock wall): a dedicated machine, e.g. with a GPU
+IDLE = "@@idle"  # after each spec's units: the runner may send the next
 
 
 CPU = cpu_description(CORES)
@@ -104,7 +106,8 @@ def do_vocab(params: dict, output_dir: Path) -> dict:
     from pretrain_data.vocab_learning import VocabOptions, build_vocab
     corpus = _links(output_dir / "data" / "corpus_train", params["corpus"])
     summary = build_vocab(VocabOptions(corpus=[str(corpus)], output=params["output"], vocab_size=params["vocab_size"],
-                                       input_format="wikiextractor", overwrite=True, quiet=True))
+                                       input_format="wikiextractor", max_lines=params.get("max_lines"),
+                                       overwrite=True, quiet=True))
     shutil.copyfile(params["output"], output_dir / "data" / Path(params["output"]).name)  # see Context.vocab_file
     return {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
 
@@ -335,11 +338,8 @@ UNIT_MODULES = ("electra_tf.checkpoints.hf", "electra_tf.checkpoints.model_dir",
                 "safetensors.numpy", "tf_keras")
 
 
-def main(spec_path: str) -> int:
-    use_pooled_cpu_allocator()
-    for module in UNIT_MODULES:
-        importlib.import_module(module)
-    spec = json.loads(Path(spec_path).read_text())
+def run_spec(spec: dict) -> None:
+    """Runs the spec's units in order (a pretraining run's consecutive segments together)."""
     global WALL_CLOCK
     WALL_CLOCK = spec.get("clock") == "wall"
     output_dir = Path(spec["output_dir"])
@@ -363,8 +363,19 @@ def main(spec_path: str) -> int:
             store.write(unit["id"], {**result, **spent, "worker": worker})
         _mark("end", unit["id"], spent["seconds"])
         index += 1
+
+
+def main() -> int:
+    """Runs the spec whose path arrives on each line of stdin, answering IDLE when it is done; ends
+    at the end of input. A failed unit ends the process with its traceback."""
+    use_pooled_cpu_allocator()
+    for module in UNIT_MODULES:
+        importlib.import_module(module)
+    for line in iter(sys.stdin.readline, ""):
+        run_spec(json.loads(Path(line.strip()).read_text()))
+        print(IDLE, flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())
