@@ -336,7 +336,9 @@ def test_the_worker_loads_every_module_its_units_import_when_it_starts():
 def test_eta_prefers_what_was_measured_on_this_cpu(tmp_path):
     """After a move to another machine class, each figure of the ETA comes from the results
     measured on the CPU it runs on once there are any (fine-tuning here), and from all results where
-    this CPU has none yet (evaluations); results that name no CPU count as another machine's."""
+    this CPU has none yet (evaluations); results that name no CPU count as another machine's. The
+    wall / machine ratio is the session's, from every result: the new CPU's one trial ran beside
+    another job (twice its machine time) and does not double the ETA."""
     from paper_replication.eta import Estimator
     from paper_replication.store import Store
     glue = tmp_path / "out" / "glue" / "RTE"
@@ -348,7 +350,8 @@ def test_eta_prefers_what_was_measured_on_this_cpu(tmp_path):
     evals = [Unit(f"s2/run/eval/{step}", "eval", {}) for step in (10, 20)]
     for unit, seconds, cpu in ((trials[0], 100.0, None), (trials[1], 100.0, "old CPU"), (trials[2], 150.0, "new CPU"),
                                (evals[0], 20.0, "old CPU")):
-        store.write(unit.id, {"seconds": seconds, "machine_seconds": seconds, **({"cpu": cpu} if cpu else {})})
+        wall = 2 * seconds if cpu == "new CPU" else seconds
+        store.write(unit.id, {"seconds": wall, "machine_seconds": seconds, **({"cpu": cpu} if cpu else {})})
     pending, units = trials[3], trials + evals
     assert Estimator(ctx, units, cpu="new CPU").seconds(pending) == pytest.approx(150.0)
     assert Estimator(ctx, units, cpu="new CPU").seconds(evals[1]) == pytest.approx(20.0)

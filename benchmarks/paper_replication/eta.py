@@ -9,8 +9,9 @@ throughput runs), else a prior.
 Fine-tuning trials: training examples seen x the measured seconds per example. Evaluations: the
 mean measured. Everything else: fixed priors (a few minutes at most).
 Machine classes differ in speed (an AVX2 CPU took about 1.5x an AVX-512 one's time per step), so
-each figure comes from the results measured on the CPU the estimate is made on when there are
-any, else from all of them (results before 2026-11-26 do not name their CPU).
+each rate comes from the results measured on the CPU the estimate is made on when there are any,
+else from all of them (results before 2026-11-26 do not name their CPU). The wall / machine ratio
+comes from all of them.
 """
 
 import os
@@ -58,7 +59,10 @@ class Estimator:
 
         self.run_rates: Dict[str, List[float]] = {run: _on(samples) for run, samples in run_rates.items()}
         self.eval_seconds: List[float] = _on(eval_seconds)
-        self.wall_per_machine = statistics.median(_on(ratios)) if ratios else 1.0
+        # the share of the machine the run gets (other load, pauses): a fact of the session, not of
+        # the CPU, so every result's ratio counts; the first few on a new CPU alone would let one
+        # unit slowed by a benchmark beside it set the ETA
+        self.wall_per_machine = statistics.median(v for _, v in ratios) if ratios else 1.0
         passes = sum(p for p, _ in _on(finetune))
         self.seconds_per_pass: Optional[float] = sum(s for _, s in _on(finetune)) / passes if passes else None
         rates = _on([sample for samples in run_rates.values() for sample in samples])
