@@ -7,6 +7,7 @@ synthetic results: test_replication_report.py."""
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -216,13 +217,15 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
 
 
 FAKE_WORKER = """
-import json, os, sys
+import json, os, sys, time
 for line in iter(sys.stdin.readline, ""):
     for unit in json.loads(open(line.strip()).read())["units"]:
         print("@@start", unit["id"], "0.0", flush=True)
         print("working in", os.getpid(), flush=True)
         if unit["kind"] == "fail":
             sys.exit(3)
+        if unit["kind"] == "hang":
+            time.sleep(600)
         print("@@end", unit["id"], "1.0", flush=True)
     print("@@idle", flush=True)
 """
@@ -230,8 +233,9 @@ for line in iter(sys.stdin.readline, ""):
 
 def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path, monkeypatch, capsys):
     """The runner keeps its worker process over batches (TensorFlow loads once), starts a fresh one
-    once BATCH_UNITS units have run, lets an idle one end when closed, and turns a worker's death
-    into one error naming the stage's log. The worker is a stand-in speaking the same protocol."""
+    once BATCH_UNITS units have run, lets an idle one end when closed, turns a worker's death into
+    one error naming the stage's log, and sends SIGTERM to a worker still busy when the run unwinds.
+    The worker is a stand-in speaking the same protocol."""
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
     started = []
 
@@ -261,6 +265,14 @@ def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path
         worker.run(stage, [Unit("s1/pilot_a/eval/9", "fail", {})])
     assert f"a unit of stage 1 failed (exit 3); log: {ctx.output_dir / 'logs' / 'stage1.log'}" in str(failed.value)
     assert "working in" in capsys.readouterr().err  # the log's last lines
+
+    def unwinding(self, event):  # the runner fails while the worker is mid-unit
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.Stage, "line", unwinding)
+    with pytest.raises(KeyboardInterrupt), runner.Worker(ctx) as worker:
+        worker.run(stage, [Unit("s1/pilot_a/eval/8", "hang", {})])
+    assert started[-1].returncode == -signal.SIGTERM  # stopped as a session's stop would, not waited for
 
 
 def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, capsys, shared_data):

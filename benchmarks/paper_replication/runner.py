@@ -159,6 +159,7 @@ class Worker:
 
     def __init__(self, ctx: Context):
         self.ctx, self.process, self.units = ctx, None, 0
+        self.busy = False  # a spec sent, its IDLE not yet read
 
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(self.ctx.repo), str(self.ctx.repo / "benchmarks")]),
@@ -187,8 +188,10 @@ class Worker:
                 self.process.stdin.flush()
             except BrokenPipeError:  # it ended while idle; the wait below says how
                 pass
+            self.busy = True
             for line in iter(self.process.stdout.readline, ""):
                 if line == f"{IDLE}\n":
+                    self.busy = False
                     return
                 out.write(line)
                 out.flush()
@@ -196,7 +199,7 @@ class Worker:
                     event, unit_id, seconds = line[2:].split()
                     text = f"start {unit_id}" if event == "start" else f"done {unit_id} in {duration(float(seconds))}"
                     print(stage.line(text), flush=True)
-        code, self.process = self.process.wait(), None
+        code, self.process, self.busy = self.process.wait(), None, False
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
         print("\n".join(tail), file=sys.stderr)
         raise SystemExit(f"error: a unit of stage {stage.number} failed (exit {code}); log: {log}. "
@@ -209,17 +212,23 @@ class Worker:
         self.close()
 
     def close(self) -> None:
-        """Lets an idle worker end (its input closed); stops one still busy (the run is unwinding)."""
+        """Lets an idle worker end (its input closed). One still busy (the run is unwinding mid-unit)
+        gets SIGTERM, as a session's stop sends it: a pretraining worker saves a checkpoint first."""
         process, self.process = self.process, None
-        if process is None:
+        if process is None or process.poll() is not None:
             return
-        if process.poll() is None:
-            try:
-                process.stdin.close()
-                process.wait(timeout=60)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                process.terminate()
-                process.wait()
+        if self.busy:
+            process.terminate()
+        try:
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            process.wait(timeout=None if self.busy else 60)
+        except subprocess.TimeoutExpired:  # idle, yet not ending
+            process.terminate()
+            process.wait()
+        self.busy = False
 
 
 def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[int] = None) -> int:
