@@ -159,13 +159,14 @@ def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
     with pytest.raises(SystemExit, match=f"another run \\(pid {os.getppid()}\\) is active .* kill -STOP -4242"):
         runner.RunLock(out).__enter__()
     (out / "run.pid").write_text('{"pid": 12')  # cut short: no run to respect
-    code = ("import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks'); "
+    code = ("import signal, sys; from pathlib import Path; sys.path.insert(0, 'benchmarks'); "
             "from paper_replication.runner import RunLock\n"
-            f"with RunLock(Path({str(out)!r})) as lock: print(open(lock.path).read())")
+            f"with RunLock(Path({str(out)!r})) as lock: print(open(lock.path).read())\n"
+            "print('SIGTERM handler restored:', signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, file=sys.stderr)")
     entered = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert entered.returncode == 0, entered.stderr
     assert json.loads(entered.stdout)["pid"] > 0 and not (out / "run.pid").exists()  # its own, then removed
-    assert "run.pid is damaged" in entered.stderr
+    assert "run.pid is damaged" in entered.stderr and "SIGTERM handler restored: True" in entered.stderr
 
 
 def _segments(run: str, count: int, root: Path):
@@ -221,6 +222,7 @@ import json, os, sys, time
 for line in iter(sys.stdin.readline, ""):
     for unit in json.loads(open(line.strip()).read())["units"]:
         print("@@start", unit["id"], "0.0", flush=True)
+        print("@@start", unit["id"], flush=True)
         print("working in", os.getpid(), flush=True)
         if unit["kind"] == "fail":
             sys.exit(3)
@@ -233,9 +235,10 @@ for line in iter(sys.stdin.readline, ""):
 
 def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path, monkeypatch, capsys):
     """The runner keeps its worker process over batches (TensorFlow loads once), starts a fresh one
-    once BATCH_UNITS units have run, lets an idle one end when closed, turns a worker's death into
-    one error naming the stage's log, and sends SIGTERM to a worker still busy when the run unwinds.
-    The worker is a stand-in speaking the same protocol."""
+    when a batch would take it past BATCH_UNITS units or it ended while idle, lets an idle one end
+    when closed, turns a worker's death mid-unit into one error naming the stage's log, and sends
+    SIGTERM to a worker still busy when the run unwinds. The worker is a stand-in speaking the same
+    protocol."""
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
     started = []
 
@@ -250,16 +253,22 @@ def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path
     stage = runner.Stage(ctx, [StagePlan(units, complete=True)], 1)
     with runner.Worker(ctx) as worker:
         worker.run(stage, units[:2])
+        out = capsys.readouterr().out
+        assert [line.split("] ")[1].split(" |")[0] for line in out.splitlines()] == [
+            "start s1/pilot_a/eval/0", "done s1/pilot_a/eval/0 in 1s", "start s1/pilot_a/eval/1",
+            "done s1/pilot_a/eval/1 in 1s"]  # "@@start x" alone (in the log) is no marker
         worker.run(stage, units[2:3])  # the same process: 3 units so far
         assert len(started) == 1
-        worker.run(stage, units[3:])  # BATCH_UNITS reached: a fresh process
+        worker.run(stage, units[3:])  # BATCH_UNITS would be passed: a fresh process
         assert len(started) == 2 and started[0].returncode == 0  # the first ended when its input closed
-    assert started[1].wait(timeout=10) == 0
-    out = capsys.readouterr().out
-    assert [line.split("] ")[1].split(" |")[0] for line in out.splitlines()][:2] == [
-        "start s1/pilot_a/eval/0", "done s1/pilot_a/eval/0 in 1s"]
+        started[1].kill()  # while idle, between batches: another one takes the next batch
+        started[1].wait(timeout=10)
+        worker.run(stage, units[:1])
+        assert len(started) == 3
+    assert started[2].wait(timeout=10) == 0
+    assert "the worker ended between batches (exit -9); starting another" in capsys.readouterr().err
     log = (ctx.output_dir / "logs" / "stage1.log").read_text()
-    assert log.count("working in") == 5 and "@@idle" not in log
+    assert log.count("working in") == 6 and "@@idle" not in log
 
     with runner.Worker(ctx) as worker, pytest.raises(SystemExit) as failed:
         worker.run(stage, [Unit("s1/pilot_a/eval/9", "fail", {})])
@@ -289,6 +298,7 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     ctx = Context(QUICK, out, results, tmp_path, tmp_path)
     assert runner.settle_clock(ctx, "wall") is None and ctx.clock == "wall"
     monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+    monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())  # not this process's group
     monkeypatch.setattr(runner, "plan_all", lambda ctx, last: [StagePlan([], complete=True)])
     assert runner.execute(ctx, 1, lambda ctx: None) == 0
     assert [json.loads((root / "units" / "clock.json").read_text()) for root in (out, results)] == [{"clock": "wall"}] * 2
@@ -324,4 +334,4 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     stopwatch = worker.Stopwatch()
     time.sleep(0.2)
     spent = stopwatch.elapsed()
-    assert spent["seconds"] >= 0.2 and spent["machine_seconds"] == pytest.approx(spent["seconds"], abs=0.01)
+    assert spent["seconds"] >= 0.2 and spent["machine_seconds"] == pytest.approx(spent["seconds"], abs=0.1)

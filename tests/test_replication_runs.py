@@ -3,6 +3,7 @@ no finished unit redone, `--status`, the format of results.json / table.md, neve
 which mean nothing at that size, and a new machine's replanning), and stage 1's stop without a
 regime at the real settings (the committed pilots plus a faked pilot (c))."""
 
+import contextlib
 import json
 import math
 import os
@@ -152,6 +153,7 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
                for note in plans[0].notes), plans[0].notes
 
     monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+    monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())  # not this process's group
     monkeypatch.setattr(runner.Worker, "run", lambda *args: pytest.fail("no unit may run"))
     assert runner.execute(ctx, 3, write_report) == 0
     assert "stopped after stage 1: " in capsys.readouterr().out
@@ -245,6 +247,7 @@ def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_no
                "over the cap": r", over the 30 h cap by \d+\.\d h"}[expected]
         assert re.fullmatch(r"stage 3 not run: stages 1-2 used \d+\.\d h" + why, note), note
         monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+        monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())
         monkeypatch.setattr(runner.Worker, "run", lambda *args: pytest.fail("no unit may run"))
         assert runner.execute(ctx, 3, write_report) == 0
         table = (results / "table.md").read_text()

@@ -337,8 +337,8 @@ def test_eta_prefers_what_was_measured_on_this_cpu(tmp_path):
     """After a move to another machine class, each figure of the ETA comes from the results
     measured on the CPU it runs on once there are any (fine-tuning here), and from all results where
     this CPU has none yet (evaluations); results that name no CPU count as another machine's. The
-    wall / machine ratio is the session's, from every result: the new CPU's one trial ran beside
-    another job (twice its machine time) and does not double the ETA."""
+    wall / machine ratio comes from every result until this CPU has MIN_RATIOS: the new CPU's one
+    trial ran beside another job (twice its machine time) and does not double the ETA alone."""
     from paper_replication.eta import Estimator
     from paper_replication.store import Store
     glue = tmp_path / "out" / "glue" / "RTE"
@@ -356,3 +356,8 @@ def test_eta_prefers_what_was_measured_on_this_cpu(tmp_path):
     assert Estimator(ctx, units, cpu="new CPU").seconds(pending) == pytest.approx(150.0)
     assert Estimator(ctx, units, cpu="new CPU").seconds(evals[1]) == pytest.approx(20.0)
     assert Estimator(ctx, units, cpu="a third CPU").seconds(pending) == pytest.approx(350.0 / 3)
+    from paper_replication.eta import MIN_RATIOS
+    for k in range(MIN_RATIOS - 1):  # enough results on the new CPU, each at twice its machine time
+        store.write(f"s2/run/eval/{100 + k}", {"seconds": 40.0, "machine_seconds": 20.0, "cpu": "new CPU"})
+    more = units + [Unit(f"s2/run/eval/{100 + k}", "eval", {}) for k in range(MIN_RATIOS - 1)]
+    assert Estimator(ctx, more, cpu="new CPU").seconds(pending) == pytest.approx(300.0)

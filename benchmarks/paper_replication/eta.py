@@ -11,7 +11,7 @@ mean measured. Everything else: fixed priors (a few minutes at most).
 Machine classes differ in speed (an AVX2 CPU took about 1.5x an AVX-512 one's time per step), so
 each rate comes from the results measured on the CPU the estimate is made on when there are any,
 else from all of them (results before 2026-11-26 do not name their CPU). The wall / machine ratio
-comes from all of them.
+comes from all of them until this CPU has MIN_RATIOS results.
 """
 
 import os
@@ -24,6 +24,7 @@ from paper_replication.units import (Context, Unit, cpu_description, latest_chec
 
 PRIORS = {"vocab": 300.0, "build": 900.0, "throughput": 180.0, "eval": 60.0, "finetune": 120.0, "export": 30.0}
 PRIOR_FLOPS_PER_SECOND = 3e10
+MIN_RATIOS = 5  # results on this CPU before its own wall / machine ratio is used
 
 
 class Estimator:
@@ -59,10 +60,13 @@ class Estimator:
 
         self.run_rates: Dict[str, List[float]] = {run: _on(samples) for run, samples in run_rates.items()}
         self.eval_seconds: List[float] = _on(eval_seconds)
-        # the share of the machine the run gets (other load, pauses): a fact of the session, not of
-        # the CPU, so every result's ratio counts; the first few on a new CPU alone would let one
-        # unit slowed by a benchmark beside it set the ETA
-        self.wall_per_machine = statistics.median(v for _, v in ratios) if ratios else 1.0
+        # the share of the machine the run gets (other load, pauses, and the cores a unit keeps
+        # busy, machine seconds being CPU seconds over the cores): this CPU's once it has
+        # MIN_RATIOS, else every result's, so that one unit slowed by a benchmark beside it on a
+        # new machine does not set the whole ETA
+        mine = [v for measured_on, v in ratios if measured_on == here]
+        pooled = mine if len(mine) >= MIN_RATIOS else [v for _, v in ratios]
+        self.wall_per_machine = statistics.median(pooled) if pooled else 1.0
         passes = sum(p for p, _ in _on(finetune))
         self.seconds_per_pass: Optional[float] = sum(s for _, s in _on(finetune)) / passes if passes else None
         rates = _on([sample for samples in run_rates.values() for sample in samples])

@@ -7,9 +7,11 @@ with exit code 1 when a worker fails (its log's last lines are printed; rerunnin
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -22,6 +24,7 @@ from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoi
 from paper_replication.worker import IDLE
 
 BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
+MARKER = re.compile(r"@@(start|end) (\S+) (\d+\.\d)")  # worker._mark's line
 CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
 
 
@@ -88,12 +91,14 @@ class RunLock:
                              f"pause it with kill -STOP -{group}, resume with kill -CONT -{group}")
         if os.getpgrp() != os.getpid():
             os.setpgid(0, 0)  # its own process group, so kill -STOP -<pgid> pauses it and its workers only
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the worker is stopped, this file removed
+        # SIGTERM unwinds: the worker is stopped, this file removed
+        self.previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         write_json(self.path, {"pid": os.getpid(), "pgid": os.getpgrp(), "started": time.time()})
         return self
 
     def __exit__(self, *exc):
         self.path.unlink(missing_ok=True)
+        signal.signal(signal.SIGTERM, self.previous)
 
 
 def _alive(pid: int) -> bool:
@@ -169,34 +174,30 @@ class Worker:
                                 text=True, bufsize=1)
 
     def run(self, stage: Stage, units: List[Unit]) -> None:
-        """Runs `units`, relaying the worker's markers as progress lines and the rest to the stage's log;
-        a fresh process first once this one has run BATCH_UNITS units (memory stays flat)."""
+        """Runs `units`, relaying the worker's markers as progress lines and the rest to the stage's log."""
         spec = self.ctx.output_dir / "specs" / f"stage{stage.number}.json"
         write_json(spec, {"output_dir": str(self.ctx.output_dir), "results_dir": str(self.ctx.results_dir),
                           "clock": self.ctx.clock, "units": [{"id": u.id, "kind": u.kind, "params": u.params}
                                                              for u in units]})
-        if self.process is not None and self.units >= BATCH_UNITS:
-            self.close()
-        if self.process is None:
-            self.process, self.units = self._start(), 0
-        self.units += len(units)
+        self._ready(len(units))
         log = self.ctx.output_dir / "logs" / f"stage{stage.number}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as out:
+            self.busy = True  # before the spec goes: a stop from here on finds the worker at work
             try:
                 self.process.stdin.write(f"{spec}\n")
                 self.process.stdin.flush()
-            except BrokenPipeError:  # it ended while idle; the wait below says how
+            except BrokenPipeError:  # it ended just now; the wait below says how
                 pass
-            self.busy = True
             for line in iter(self.process.stdout.readline, ""):
-                if line == f"{IDLE}\n":
+                if line.rstrip("\n").endswith(IDLE):
                     self.busy = False
                     return
                 out.write(line)
                 out.flush()
-                if line.startswith("@@"):
-                    event, unit_id, seconds = line[2:].split()
+                marker = MARKER.fullmatch(line.rstrip("\n"))
+                if marker:
+                    event, unit_id, seconds = marker.groups()
                     text = f"start {unit_id}" if event == "start" else f"done {unit_id} in {duration(float(seconds))}"
                     print(stage.line(text), flush=True)
         code, self.process, self.busy = self.process.wait(), None, False
@@ -204,6 +205,19 @@ class Worker:
         print("\n".join(tail), file=sys.stderr)
         raise SystemExit(f"error: a unit of stage {stage.number} failed (exit {code}); log: {log}. "
                          "Rerunning the same command resumes.")
+
+    def _ready(self, units: int) -> None:
+        """A live, idle worker for `units` more units: a fresh one first when this one would pass
+        BATCH_UNITS (memory stays flat) or has ended while idle (no unit was running: nothing is lost)."""
+        if self.process is not None and self.process.poll() is not None:
+            print(f"the worker ended between batches (exit {self.process.returncode}); starting another",
+                  file=sys.stderr, flush=True)
+            self.process = None
+        if self.process is not None and self.units + units > BATCH_UNITS:
+            self.close()
+        if self.process is None:
+            self.process, self.units = self._start(), 0
+        self.units += units
 
     def __enter__(self) -> "Worker":
         return self
@@ -213,22 +227,26 @@ class Worker:
 
     def close(self) -> None:
         """Lets an idle worker end (its input closed). One still busy (the run is unwinding mid-unit)
-        gets SIGTERM, as a session's stop sends it: a pretraining worker saves a checkpoint first."""
-        process, self.process = self.process, None
+        gets SIGTERM, as a session's stop sends it: a pretraining worker saves a checkpoint first;
+        its last output is read (and dropped) meanwhile, so a full pipe cannot hold it up."""
+        process, busy, self.process, self.busy = self.process, self.busy, None, False
         if process is None or process.poll() is not None:
             return
-        if self.busy:
+        if busy:
             process.terminate()
         try:
             process.stdin.close()
         except BrokenPipeError:
             pass
+        if busy:  # a reader thread: a child of the worker may hold the pipe open after it ends
+            threading.Thread(target=process.stdout.read, daemon=True).start()
+            process.wait()
+            return
         try:
-            process.wait(timeout=None if self.busy else 60)
+            process.wait(timeout=60)
         except subprocess.TimeoutExpired:  # idle, yet not ending
             process.terminate()
             process.wait()
-        self.busy = False
 
 
 def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[int] = None) -> int:

@@ -90,8 +90,14 @@ class Tee(io.TextIOBase):
         return [(b[0] - a[0]) / (b[1] - a[1]) for a, b in pairs if b[1] > a[1] and b[0] > a[0]]
 
 
+def _say(line: str) -> None:
+    """One write per line: the runner reads markers from a pipe that TensorFlow's C++ logging shares."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def _mark(event: str, unit_id: str, seconds: float = 0.0) -> None:
-    print(f"@@{event} {unit_id} {seconds:.1f}", flush=True)
+    _say(f"@@{event} {unit_id} {seconds:.1f}")
 
 
 def _links(directory: Path, files) -> Path:
@@ -373,7 +379,7 @@ def main() -> int:
         importlib.import_module(module)
     for line in iter(sys.stdin.readline, ""):
         run_spec(json.loads(Path(line.strip()).read_text()))
-        print(IDLE, flush=True)
+        _say(IDLE)
     return 0
 
 
