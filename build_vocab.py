@@ -1,7 +1,8 @@
 """Learn a BERT-format WordPiece vocab.txt from raw text, split into words exactly as ELECTRA's tokenizer does.
 
 Output: [PAD] (id 0), [UNK] [CLS] [SEP] [MASK], optional [unused0].., then every character of the
-corpus as `x` and `##x`, then the learned subwords. See pretrain_data/vocab_learning.py and docs/data.md.
+corpus as `x`, then the learned subwords by decreasing count (`##x` for every character among them).
+See pretrain_data/vocab_learning.py and docs/data.md.
 """
 
 import argparse
