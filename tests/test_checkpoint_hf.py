@@ -6,6 +6,8 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+import torch  # the test extras install both: a missing one fails the module rather than skipping it
+import transformers
 
 import convert_checkpoint
 from checkpoint_helpers import encode_pairs, mrpc_pairs, randomize
@@ -15,8 +17,6 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 TOLERANCE = 1e-5
 HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
 
@@ -27,10 +27,10 @@ def glue_batch(shared_data, vocab_file):
     return encode_pairs(Tokenizer(vocab_file), mrpc_pairs(shared_data, 8))
 
 
-def _write_model_dir(tmp_path, vocab_file, size, seed, train_steps=0, batch=None):
-    """A model dir of `size` with random weights everywhere, optionally trained a few steps."""
+def _write_model_dir(tmp_path, vocab_file, size, seed, train_steps=0, batch=None, hparams=None):
+    """A model dir of `size` (and `hparams`) with random weights everywhere, optionally trained a few steps."""
     config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": size, "max_seq_length": 64,
-                                                                  "learning_rate": 1e-3})
+                                                                  "learning_rate": 1e-3, **(hparams or {})})
     built = model_dir.build(config, vocab_file)
     randomize(built.model.variables, seed)
     if train_steps:
@@ -47,32 +47,36 @@ def _write_model_dir(tmp_path, vocab_file, size, seed, train_steps=0, batch=None
 
 
 def _our_logits(built, batch):
+    """role → our logits, for the networks the model has (objective "bert": the generator only)."""
     ids, mask, segments = batch
     network = built.model.network
-    return (network.discriminator_logits(ids, mask, segments).numpy(),
-            network.generator_logits(ids, mask, segments).numpy())
+    logits = {"generator": network.generator_logits(ids, mask, segments).numpy()}
+    if network.discriminator_head is not None:
+        logits["discriminator"] = network.discriminator_logits(ids, mask, segments).numpy()
+    return logits
 
 
 def _hf_logits(hf_dir, batch, expected_values, config):
-    """Loads both HF networks, checks every parameter came from the files, returns their logits."""
+    """Loads each exported HF network, checks every parameter came from the files, returns role → logits."""
     ids, mask, segments = (torch.tensor(a, dtype=torch.long) for a in batch)
     logits = {}
     networks = network_pairs(config)
-    for role, class_name in HF_CLASSES.items():
-        model, info = getattr(transformers, class_name).from_pretrained(
+    assert sorted(p.name for p in hf_dir.iterdir()) == sorted(networks)  # one dir per network, no other
+    for role, (_, role_pairs) in networks.items():
+        model, info = getattr(transformers, HF_CLASSES[role]).from_pretrained(
             str(hf_dir / role), output_loading_info=True, attn_implementation="eager")
         assert all(not keys for keys in info.values()), info  # nothing missing, unexpected, mismatched
         state = {k: v.numpy() for k, v in model.state_dict().items()}
-        pairs = {hf: (tf1, transposed) for tf1, hf, transposed in networks[role][1]}
-        if role == "generator":  # tied to the word table
-            pairs["generator_lm_head.weight"] = ("electra/embeddings/word_embeddings", False)
+        pairs = {hf: (tf1, transposed) for tf1, hf, transposed in role_pairs}
+        if role == "generator":  # tied to the generator's word table
+            pairs["generator_lm_head.weight"] = pairs["electra.embeddings.word_embeddings.weight"]
         assert set(state) == set(pairs)  # every HF parameter is one of ours
         for key, (tf1, transposed) in pairs.items():
             expected = expected_values[tf1].T if transposed else expected_values[tf1]
             np.testing.assert_array_equal(state[key], expected, err_msg=key)
         with torch.no_grad():
             logits[role] = model.eval()(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits.numpy()
-    return logits["discriminator"], logits["generator"]
+    return logits
 
 
 def _assert_close(ours, theirs, mask):
@@ -89,10 +93,10 @@ def test_export_to_hf_has_parity(tmp_path, vocab_file, glue_batch, size, train_s
     out = tmp_path / "hf"
     assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
     values = model_dir.weights_of(built)
-    disc, gen = _our_logits(built, glue_batch)
-    hf_disc, hf_gen = _hf_logits(out, glue_batch, values, config)
-    _assert_close(disc, hf_disc, glue_batch[1])
-    _assert_close(gen, hf_gen, glue_batch[1])
+    ours, theirs = _our_logits(built, glue_batch), _hf_logits(out, glue_batch, values, config)
+    assert set(theirs) == set(ours) == set(HF_CLASSES)
+    for role in HF_CLASSES:
+        _assert_close(ours[role], theirs[role], glue_batch[1])
     hf_config = json.loads((out / "discriminator" / "config.json").read_text())
     assert hf_config["hidden_act"] == "gelu" and hf_config["layer_norm_eps"] == 1e-12
     if train_steps:  # import(export(x)) == x for the trained weights, optimizer state aside
@@ -102,6 +106,36 @@ def test_export_to_hf_has_parity(tmp_path, vocab_file, glue_batch, size, train_s
         assert back.config.architecture_dict() == config.architecture_dict()
         for name in (v.name.split(":")[0] for v in built.model.variables):
             np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
+
+
+@pytest.mark.parametrize("size, hparams, roles", [
+    ("tiny", {"objective": "bert"}, ["generator"]),
+    ("tiny", {"untied_generator_embeddings": True}, ["discriminator", "generator"]),
+    ("small", {"untied_generator_embeddings": True, "model_hparam_overrides": {"num_hidden_layers": 2}},
+     ["discriminator", "generator"])], ids=["bert", "untied-embeddings-one-width", "untied-embeddings-own-width"])
+def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, size, hparams, roles):
+    """An MLM-only ("bert") model exports its one network as the generator; a generator with its own
+    embeddings exports them (at tiny's width, the discriminator's E, or at small's, its own Hg).
+    Logits equal ours within 1e-5, and from-hf gives back the same architecture and every value."""
+    source, built, config = _write_model_dir(tmp_path, vocab_file, size, seed=5, train_steps=2, batch=glue_batch,
+                                             hparams=hparams)
+    out = tmp_path / "hf"
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
+    values = model_dir.weights_of(built)
+    ours, theirs = _our_logits(built, glue_batch), _hf_logits(out, glue_batch, values, config)
+    assert sorted(theirs) == sorted(ours) == roles
+    for role in roles:
+        _assert_close(ours[role], theirs[role], glue_batch[1])
+    imported = tmp_path / "models" / "back"
+    assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(imported)]) == 0
+    back = read_pretrained(imported)
+    assert back.config.objective == config.objective
+    assert back.config.architecture_dict() == config.architecture_dict()
+    names = [v.name.split(":")[0] for v in built.model.variables]  # the model's, optimizer slots aside
+    weights = [n for n in back.values if n != "global_step" and not n.endswith(("/adam_m", "/adam_v"))]
+    assert sorted(weights) == sorted(names)
+    for name in names:
+        np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
 
 
 def test_export_in_float16(tmp_path, vocab_file, glue_batch):
@@ -170,10 +204,9 @@ def test_import_of_an_hf_download(tmp_path, vocab_file, glue_batch, capsys):
     built = model_dir.build(weights.config, vocab_file)
     report = model_dir.assign_weights(built.model.variables, weights.values)
     assert report.missing == []
-    disc_logits, gen_logits = _our_logits(built, glue_batch)
-    hf_disc, hf_gen = _hf_logits(download, glue_batch, weights.values, weights.config)
-    _assert_close(disc_logits, hf_disc, glue_batch[1])
-    _assert_close(gen_logits, hf_gen, glue_batch[1])
+    ours, theirs = _our_logits(built, glue_batch), _hf_logits(download, glue_batch, weights.values, weights.config)
+    for role in HF_CLASSES:
+        _assert_close(ours[role], theirs[role], glue_batch[1])
     # a discriminator download alone: the generator stays as initialised, and the report says so
     alone = tmp_path / "models" / "discriminator_only"
     assert convert_checkpoint.main(["from-hf", "--hf-dir", str(download / "discriminator"),
@@ -227,8 +260,8 @@ def test_a_checkpoint_of_another_model_is_one_error(tmp_path, vocab_file, capsys
 
 def test_export_of_an_earlier_checkpoint(tmp_path, vocab_file, capsys):
     """--step exports the model dir's ckpt-N instead of its latest (to-hf, to-original and
-    saved-model), also from a dir without the `checkpoint` state file; a step the dir does not keep is one error naming the
-    steps it keeps, with nothing written, and so is a dir without that file and no --step."""
+    saved-model), also from a dir without the `checkpoint` state file; a step the dir does not keep
+    is one error naming the steps it keeps, with nothing written, and so is a dir without that file and no --step."""
     config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64})
     source = tmp_path / "models" / "m"
     weights = {}

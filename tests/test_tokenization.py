@@ -7,6 +7,7 @@ tests/fixtures/tokenizer_mismatches.json; the tests assert the disagreeing sets 
 """
 
 import json
+import os
 import unicodedata
 from pathlib import Path
 
@@ -137,7 +138,11 @@ def test_every_code_point_splits_like_original(mode, tokenizers, references, mis
     """Each assigned code point inside, beside and between words (all planes for the default
     mode, the BMP for the others; private use only in the BMP)."""
     if unicodedata.unidata_version != mismatch_fixture["unicode_version"]:
-        pytest.skip(f"fixture lists mismatches for Unicode {mismatch_fixture['unicode_version']}")
+        reason = (f"the fixture lists mismatches for Unicode {mismatch_fixture['unicode_version']}, this Python "
+                  f"has {unicodedata.unidata_version} (make's venv uses python3.11)")
+        if os.environ.get("CI"):
+            pytest.fail(reason)  # CI's venv is the Makefile's: another Python there is a failure, not a skip
+        pytest.skip(reason)
     last = 0xF0000 if mode == "uncased" else 0x10000
     code_points = [cp for cp in range(last) if unicodedata.category(chr(cp)) not in ("Cn", "Cs")]
     texts = [f"Ab{chr(cp)}cD {chr(cp)} x{chr(cp)}{chr(cp)}" for cp in code_points]

@@ -236,10 +236,11 @@ def _shape_names(tensors: Dict[str, np.ndarray], role: str, scope: str,
 def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
     """PretrainedWeights (TF1-named values, inferred config, vocab) from an HF dir.
 
-    A discriminator with a generator becomes an ELECTRA model (the generator's embedding block
-    must equal the discriminator's, as in the released models, unless it has its own width); a
-    discriminator alone, the same with the generator left out; a generator alone, an MLM-only
-    ("bert" objective) model.
+    A discriminator with a generator becomes an ELECTRA model. The generator shares the
+    discriminator's embedding block (as in the released models) when its word table equals the
+    discriminator's; one of another width or with other values is its own
+    (`untied_generator_embeddings`). A discriminator alone becomes the same with the generator left
+    out; a generator alone, an MLM-only ("bert" objective) model.
     """
     from electra_tf.checkpoints import PretrainedWeights
     dirs = network_dirs(path)
@@ -253,8 +254,9 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
         if "discriminator" not in tensors:
             shapes.update(_shape_names(gen, "generator", "electra", "electra/embeddings"))
         else:
-            width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
-            own = width != shapes["electra/embeddings/word_embeddings"].shape[1]
+            table = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator")
+            shared = shapes["electra/embeddings/word_embeddings"]  # the discriminator's table
+            own = table.shape != shared.shape or not np.array_equal(table, shared)
             shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
     config = infer_config(shapes, model_name, data_dir or str(path))
     # Pass 2: every weight through the exact mapping of that config.
