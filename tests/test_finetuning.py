@@ -110,6 +110,40 @@ def test_layerwise_multipliers_of_every_finetuning_variable(data_dir, layers, de
     assert fixed_table[f"electra/encoder/layer_{layers - 1}/output/dense/kernel"] == pytest.approx(decay)
 
 
+@pytest.mark.parametrize("values, lr, top, weight_decay", [
+    ({"learning_rate": 1e-3}, 1e-3, 0.8 ** 2, 0.01),  # the original's fine-tuning defaults
+    ({"learning_rate": 1e-3, "fixed_layerwise_decay": True}, 1e-3, 0.8, 0.01),  # the off-by-one corrected
+    ({"model_size": "small", "model_hparam_overrides": {"num_hidden_layers": 2}, "recipe": "paper"},
+     3e-4, 0.8 ** 2, 0.0)],  # the paper's Table 7 for Small
+    ids=["defaults", "fixed-decay", "paper-recipe"])
+def test_a_trial_trains_with_the_configured_optimizer(data_dir, values, lr, top, weight_decay):
+    """What a trial's train step applies: AdamW with the config's peak rate, 10 % warm-up and linear
+    decay over the trial's steps, weight decay off for LayerNorm and biases, clipping at global
+    norm 1, and layer-wise decay 0.8 over the encoder's depth (2 layers here)."""
+    decay = 0.8
+    base = {k: v for k, v in BASE.items() if k != "learning_rate"}
+    config = FinetuningConfig.from_hparams("tiny", str(data_dir), {**base, "task_names": ["mrpc"],
+                                                                  "random_init": True, **values})
+    trial = Trial(config, load_task_data(config, make_tokenizer(config)), 1, None)
+    trial.compile_train_step(200)
+    optimizer, schedule = trial.optimizer, trial.optimizer._get_hyper("learning_rate")
+    assert type(optimizer).__name__ == "AdamWeightDecay" and optimizer.global_clipnorm == 1.0
+    assert (schedule.initial_learning_rate, schedule.decay_steps, schedule.warmup_steps) == pytest.approx((lr, 200, 20))
+    assert float(schedule(20)) == pytest.approx(lr * 0.9) and float(schedule(200)) == 0.0
+    assert optimizer.weight_decay_rate == weight_decay
+    multipliers = {v.name.split(":")[0]: optimizer.lr_multiplier(v.name) for v in trial.model.trainable_variables}
+    assert multipliers["electra/embeddings/word_embeddings"] == pytest.approx(top * decay ** 2)  # below 2 layers
+    assert multipliers["electra/encoder/layer_0/attention/self/query/kernel"] == pytest.approx(top * decay)
+    assert multipliers["electra/encoder/layer_1/output/dense/kernel"] == pytest.approx(top)
+    assert multipliers["task_specific/mrpc/dense/kernel"] == 1.0
+    decayed = {name for name in multipliers if optimizer.uses_weight_decay(name)}
+    if weight_decay:
+        assert "electra/encoder/layer_1/output/dense/kernel" in decayed
+        assert not any("LayerNorm" in name or name.endswith("bias") for name in decayed)
+    else:
+        assert not decayed
+
+
 def test_loss_is_each_examples_own_task_summed_over_the_batch(data_dir):
     tasks = [glue.get_task("mrpc"), glue.get_task("sts")]
     model = FinetuningModel(finetuning_config(data_dir, task_names=["mrpc", "sts"]).encoder_config(), tasks)
