@@ -4,9 +4,11 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 
 import run_pretraining
+from electra_tf.checkpoints.model_dir import read_model_dir
 
 SEQ = 64  # the records of the shared pretraining_data_dir fixture
 
@@ -44,9 +46,10 @@ def test_trains_checkpoints_evaluates_and_resumes(data_dir, capsys):
     assert (model_dir / "config.json").exists() and (model_dir / "vocab.txt").exists()
     assert list((model_dir / "train").glob("events.out.tfevents.*"))
     results = json.loads((model_dir / "results" / "unsup_results.json").read_text())
-    for name in ("masked_lm_accuracy", "masked_lm_accuracy_at_mask", "masked_lm_loss", "sampled_masked_lm_accuracy",
-                 "disc_loss", "disc_auc", "disc_accuracy", "disc_precision", "disc_recall"):
-        assert 0.0 <= results[name] < 20.0, name
+    for name in ("masked_lm_accuracy", "masked_lm_accuracy_at_mask", "sampled_masked_lm_accuracy",
+                 "disc_auc", "disc_accuracy", "disc_precision", "disc_recall"):
+        assert 0.0 <= results[name] <= 1.0, name
+    assert 0.0 < results["disc_loss"] < 1.0 and 0.0 < results["masked_lm_loss"] < math.log(30522) + 1.0
     assert "masked_lm_accuracy_at_mask " in out and "(at [MASK] " in out
     # the gradient's norm before clipping, per logged interval, on the console and in TensorBoard
     from electra_tf.training.curves import read_scalars
@@ -99,13 +102,42 @@ def test_unwritable_model_dir(data_dir, tmp_path, capsys):
 ], ids=["bf16", "xla", "mirrored_accumulation", "two_stage", "bert"])
 def test_engines_and_schedules(data_dir, capsys, values):
     name = "engine_" + "_".join(sorted(values))
-    code, out, err = run(data_dir, name, capsys, num_train_steps=20, save_checkpoints_steps=20,
+    code, out, err = run(data_dir, name, capsys, num_train_steps=20, save_checkpoints_steps=10,
                          num_eval_steps=2, **values)
     assert code == 0, err
     losses = logged_losses(out)
     assert len(losses) == 2 and all(map(math.isfinite, losses))
-    results = json.loads((data_dir / "models" / name / "results" / "unsup_results.json").read_text())
+    model_dir = data_dir / "models" / name
+    results = json.loads((model_dir / "results" / "unsup_results.json").read_text())
     assert results["global_step"] == 20 and math.isfinite(results["masked_lm_loss"])
+    config = json.loads((model_dir / "config.json").read_text())
+    assert {key: config[key] for key in values} == values
+    _, step_10 = read_model_dir(model_dir, str(model_dir / "ckpt-10"))
+    _, step_20 = read_model_dir(model_dir, str(model_dir / "ckpt-20"))
+    if values.get("objective") == "bert":  # MLM only: no discriminator head, no metric of one
+        assert "disc_auc" not in results and "disc_loss" not in results
+        assert not [n for n in step_20 if n.startswith(("discriminator_predictions/", "generator/"))]
+    if "two_stage_generator_steps" in values:
+        # at the switch (step 10) the discriminator starts as the generator; then only it trains
+        layers = [n for n in step_10 if n.startswith("generator/encoder/") and "adam" not in n]
+        assert layers
+        for layer in layers:
+            np.testing.assert_array_equal(step_10["electra" + layer[len("generator"):]], step_10[layer])
+        for fixed in [n for n in step_10 if n.startswith(("generator/", "generator_predictions/"))]:
+            np.testing.assert_array_equal(step_20[fixed], step_10[fixed], err_msg=fixed)
+        assert not np.array_equal(step_20["electra/encoder/layer_0/output/dense/kernel"],
+                                  step_10["electra/encoder/layer_0/output/dense/kernel"])
+
+
+def test_keep_checkpoint_max(data_dir, capsys):
+    """The newest keep_checkpoint_max checkpoints stay, the older ones go; 0 keeps every one."""
+    for name, keep, expected in (("kept_2", 2, [30, 40]), ("kept_all", 0, [10, 20, 30, 40, 50, 60])):
+        steps = expected[-1]
+        assert run(data_dir, name, capsys, num_train_steps=steps, save_checkpoints_steps=10, keep_checkpoint_max=keep,
+                   do_eval=False)[0] == 0
+        indexes = (data_dir / "models" / name).glob("ckpt-*.index")
+        kept = sorted(int(p.name[len("ckpt-"):-len(".index")]) for p in indexes)
+        assert kept == expected
 
 
 def test_init_checkpoint_with_step_reset_or_kept(data_dir, capsys):
