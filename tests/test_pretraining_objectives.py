@@ -1,4 +1,5 @@
-"""Every pretraining objective trains: finite losses that go down on real Wikipedia text (tiny model)."""
+"""Every pretraining objective trains (finite losses that go down on real Wikipedia text, tiny model)
+and computes its loss as specified; the sampling hparams act inside the model."""
 
 import numpy as np
 import pytest
@@ -75,6 +76,32 @@ def test_objective_loss_decreases(objective, batches):
             np.testing.assert_allclose(float(output.rtd.loss), float(expected), rtol=1e-3)
     if objective == "bert":
         assert output.fake is None and model.network.discriminator_head is None
+    if objective in ("replace_mlm", "all_tokens_mlm"):  # an MLM-style discriminator loss, weighed 1
+        assert output.rtd is None and output.main_loss is not None
+        np.testing.assert_allclose(float(output.loss), float(output.mlm.loss) + float(output.main_loss), rtol=1e-6)
+        # the discriminator sees the generator's samples, never [MASK]
+        assert not np.any(output.fake.fake_input_ids.numpy() == BERT_IDS["mask_id"])
+
+
+@pytest.mark.parametrize("setting", ["uniform_generator", "disallow_correct", "temperature"])
+def test_generator_settings_reach_the_samples(setting, batches):
+    """The sampling hparams act inside PretrainingModel: a uniform generator scores log V on every
+    slot; disallow_correct replaces every selected position; a temperature near 0 samples the argmax."""
+    values = {"uniform_generator": {"uniform_generator": True}, "disallow_correct": {"disallow_correct": True},
+              "temperature": {"temperature": 1e-7}}[setting]
+    tf_keras.utils.set_random_seed(0)
+    model = PretrainingModel(tiny_config(**values), **BERT_IDS)
+    output = model(batches[0], training=False, seed=tf.constant([2, 9]))
+    weights = output.masked.masked_lm_weights.numpy() > 0
+    selected, replaced = output.fake.selected.numpy(), output.fake.is_replaced.numpy()
+    if setting == "uniform_generator":
+        np.testing.assert_allclose(output.mlm.per_slot_loss.numpy()[weights], np.log(30522), rtol=1e-6)
+        assert replaced.sum() > 0.99 * selected.sum()  # 1 in 30,522 samples is the original
+    elif setting == "disallow_correct":
+        assert selected.sum() > 0 and np.array_equal(replaced, selected)
+    else:
+        # at temperature 1 an untrained generator's samples are near uniform, rarely its argmax
+        np.testing.assert_array_equal(output.sampled_ids.numpy()[weights], output.mlm.preds.numpy()[weights])
 
 
 def _bce(output):
