@@ -191,7 +191,9 @@ def test_fast_serialization_parses_like_tf_train_example():
         ids[row, :len(row_ids)] = row_ids
         segments[row, :len(row_segments)] = row_segments
     lengths = np.array([len(e[0]) for e in examples])
-    for (row_ids, row_segments), record in zip(examples, serialize_examples(ids, segments, lengths)):
+    records = list(serialize_examples(ids, segments, lengths))
+    assert len(records) == len(examples)
+    for (row_ids, row_segments), record in zip(examples, records):
         parsed = tf.train.Example.FromString(record).features.feature
         padding = [0] * (MAX_LEN - len(row_ids))
         assert list(parsed["input_ids"].int64_list.value) == row_ids + padding

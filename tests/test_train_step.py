@@ -94,12 +94,21 @@ def test_the_gradient_hook_sees_the_gradient_the_optimizer_clips():
 
 
 def test_discriminator_stage_leaves_the_generator_frozen():
+    """The discriminator stage trains the discriminator's own variables and none of the generator's:
+    its encoder, its head and the embedding block it shares."""
     model, optimizer = build(generator_hidden_size=1.0, two_stage_generator_steps=10)
-    generator = [v.numpy().copy() for v in model.network.generator_head.trainable_variables]
+    network = model.network
+    frozen = network.generator.trainable_variables + network.generator_head.trainable_variables
+    own = network.discriminator.blocks[0].trainable_variables + network.discriminator_head.trainable_variables
+    trained = [v for v in own if v.name.endswith("kernel:0")]  # (the key bias gets no gradient: softmax ignores it)
+    before = [v.numpy().copy() for v in frozen + trained]
     losses = run(make_train_step(model, optimizer, stage="discriminator"), 3)
     assert np.isfinite(losses).all()
-    for before, variable in zip(generator, model.network.generator_head.trainable_variables):
-        np.testing.assert_array_equal(before, variable.numpy())
+    assert any(v.name.startswith("electra/embeddings/") for v in frozen)  # the shared block is frozen too
+    for value, variable in zip(before, frozen):
+        np.testing.assert_array_equal(value, variable.numpy(), err_msg=variable.name)
+    for value, variable in zip(before[len(frozen):], trained):
+        assert not np.array_equal(value, variable.numpy()), variable.name
 
 
 def test_custom_loss_fn_and_model_without_stages():
