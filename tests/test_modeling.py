@@ -287,8 +287,11 @@ def test_dropout_only_in_training_and_tf_function_matches_eager(tiny_model, tiny
                                atol=1e-5)
 
 
-@pytest.mark.parametrize("policy, half", [("mixed_bfloat16", tf.bfloat16), ("mixed_float16", tf.float16)])
-def test_mixed_precision_gives_float32_logits_close_to_float32(tiny_model, tiny_batch, policy, half):
+# Relative to the largest logit; measured 0.5-0.7 % (bfloat16, 8 mantissa bits) and 0.07-0.12 % (float16, 11),
+# on an AVX2 EPYC; the bounds are about 3 times that (they were 5 % for both, loose enough to hide a lost bit).
+@pytest.mark.parametrize("policy, half, tolerance", [("mixed_bfloat16", tf.bfloat16, 0.02),
+                                                     ("mixed_float16", tf.float16, 0.004)])
+def test_mixed_precision_gives_float32_logits_close_to_float32(tiny_model, tiny_batch, policy, half, tolerance):
     ids, mask, segments = tiny_batch
     tf_keras.mixed_precision.set_global_policy(policy)
     try:
@@ -306,4 +309,4 @@ def test_mixed_precision_gives_float32_logits_close_to_float32(tiny_model, tiny_
                       (model.discriminator_logits(ids, mask, segments),
                        tiny_model.discriminator_logits(ids, mask, segments))):
         assert got.dtype == tf.float32
-        assert np.abs(got.numpy() - want.numpy()).max() <= 0.05 * np.abs(want.numpy()).max()
+        assert np.abs(got.numpy() - want.numpy()).max() <= tolerance * np.abs(want.numpy()).max()
