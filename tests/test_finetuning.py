@@ -24,7 +24,7 @@ from finetune.config import FinetuningConfig
 from finetune.task_data import load_task_data, make_tokenizer
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
-from finetune.runner import Trial
+from finetune.runner import Trial, main_score
 from process_helpers import REPO, signal_when
 
 TASK_FOLDERS = ("MRPC", "CoLA", "STS-B")
@@ -193,7 +193,7 @@ def test_dynamic_padding_predicts_what_fixed_padding_predicts(data_dir):
 
 def test_multitask_trials_results_and_glue_test_files(data_dir, capsys):
     code, out, err = run_cli(data_dir, capsys, task_names=["MRPC", "cola", "STS-B"], num_trials=2,
-                             write_test_outputs=True, keep_best_model=True)
+                             write_test_outputs=True, keep_best_model=True, num_train_epochs=2.0)
     assert code == 0, err
     results_dir = data_dir / "models" / "tiny" / "results"
     document = json.loads((results_dir / "mrpc_cola_sts_results.json").read_text())
@@ -220,7 +220,14 @@ def test_multitask_trials_results_and_glue_test_files(data_dir, capsys):
             assert set(labels) <= valid
         else:
             assert all(0.0 <= float(label) <= 5.0 for label in labels)
-    assert document["test_predictions"]["trial"] in (1, 2)
+    # keep_best_model: each trial reports (and keeps) its epoch with the best mean of first metrics
+    for number, trial in enumerate(document["trials"], 1):
+        epochs = [[float(first) for first in re.findall(r"(?:^|; )\w+ \w+ (-?[\d.]+)", line)] for line in
+                  re.findall(rf"^\[trial {number}\] epoch \d\.00 dev: (.*)$", out, flags=re.M)]
+        assert len(epochs) == 2 and all(len(firsts) == 3 for firsts in epochs)
+        assert main_score(trial) == pytest.approx(max(np.mean(firsts) for firsts in epochs), abs=0.01)
+    # GLUE-server files come from the trial with the best main score
+    assert document["test_predictions"]["trial"] == 1 + int(np.argmax([main_score(t) for t in document["trials"]]))
     model_dir = data_dir / "models" / "tiny" / "finetuning_models" / "mrpc_cola_sts_model_1"
     assert (model_dir / "finetuned.index").exists() and (model_dir / "best.index").exists()
 
