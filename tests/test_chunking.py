@@ -127,7 +127,10 @@ def test_head_loss_matches_numpy_and_trains(conll, tokenizer):
     assert losses[-1] < 0.7 * losses[0]
     predicted = head.predictions(head(encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"]), batch))
     scores = chunking.score(features, [p for p in predicted.numpy()], mapping)
-    assert 0.0 <= scores["f1"] <= 100.0 and set(scores) == {"precision", "recall", "f1"}
+    assert set(scores) == {"precision", "recall", "f1"}
+    assert 0.0 < scores["f1"] <= 100.0  # on the batch it trained on, it finds some chunks
+    precision, recall = scores["precision"], scores["recall"]
+    assert scores["f1"] == pytest.approx(2 * precision * recall / (precision + recall))
 
 
 def test_span_task_interface(conll, tokenizer, tmp_path):
@@ -156,4 +159,7 @@ def test_run_finetuning_chunk_end_to_end(conll, vocab_file, tmp_path):
         document = run(config, stream)
     scores = document["trials"][0]["chunk"]
     assert list(scores) == ["f1", "precision", "recall", "loss"] and 0.0 <= scores["f1"] <= 100.0
+    precision, recall = scores["precision"], scores["recall"]
+    assert scores["f1"] == pytest.approx(2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+    assert np.isfinite(scores["loss"]) and scores["loss"] > 0
     assert "epoch 2.00 dev: chunk f1" in (tmp_path / "log.txt").read_text()

@@ -355,3 +355,9 @@ def test_run_finetuning_squadv1_end_to_end(shared_data, vocab_file, tmp_path):
     qa_dir = tmp_path / "models" / "tiny" / "results" / "squadv1_qa"
     predictions = json.loads((qa_dir / "squadv1_preds.json").read_text())
     assert len(predictions) == 24 and json.loads((qa_dir / "squadv1_eval.json").read_text())["f1"] == scores["f1"]
+    # every answer is a non-empty span of its own paragraph (whitespace aside: the original joins tokens by spaces)
+    contexts = {qa["id"]: " ".join(paragraph["context"].split())
+                for article in json.loads((shared_data / "squad" / "dev-v1.1.json").read_text())["data"]
+                for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+    for question, answer in predictions.items():
+        assert answer.strip() and " ".join(answer.split()) in contexts[question], (question, answer)
