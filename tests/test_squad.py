@@ -205,6 +205,67 @@ def test_qa_head_matches_numpy():
                                               "end_top_index", "null_score"}
 
 
+@pytest.mark.parametrize("joint, classifier", [(False, False), (True, False), (True, True)],
+                         ids=["independent-ends", "joint-without-classifier", "classifier-on-cls-alone"])
+def test_qa_head_options_match_numpy(joint, classifier):
+    """The head's other configurations (joint_prediction, answerable_classifier, and the classifier
+    without the start-weighted feature): logits, null score and loss as the module docstring says,
+    and the beams of independent ends are the top logits."""
+    tf_keras.utils.set_random_seed(6)
+    batch_size, length, hidden, beam = 3, 9, 8, 4
+    head = qa_head.QAHead("squad", hidden, beam_size=beam, joint_prediction=joint, answerable_classifier=classifier,
+                          answerable_uses_start_logits=False)
+    build_in_scope(head, None, "task_specific")
+    w = {v.name.split("/", 2)[2][:-2]: v.numpy() for v in head.variables}
+    layers = {"dense", "dense_1"} | ({"qa_hidden"} if joint else set()) | ({"dense_2"} if classifier else set())
+    assert {name.split("/")[0] for name in w} == layers
+    rng = np.random.default_rng(1)
+    h = rng.normal(size=[batch_size, length, hidden]).astype(np.float32)
+    batch = {"input_mask": np.array([[1] * 9, [1] * 7 + [0] * 2, [1] * 9], np.int32),
+             "segment_ids": np.array([[0, 0, 0, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1, 0, 0], [0] * 4 + [1] * 5],
+                                     np.int32),
+             "start_positions": np.array([4, 0, 6], np.int32), "end_positions": np.array([5, 0, 8], np.int32),
+             "is_impossible": np.array([0.0, 1.0, 0.0], np.float32)}
+    mask = batch["input_mask"] * batch["segment_ids"]
+    mask[:, 0] = 1
+    penalty = 1000.0 * (mask - 1)
+    rows = np.arange(batch_size)
+    start = (h @ w["dense/kernel"])[..., 0] + w["dense/bias"] + penalty
+    if joint:  # the end conditioned on the gold start
+        both = np.concatenate([np.repeat(h[rows, batch["start_positions"]][:, None], length, 1), h], -1)
+        hid = _numpy_gelu(both @ w["qa_hidden/kernel"] + w["qa_hidden/bias"])
+        end = (hid @ w["dense_1/kernel"])[..., 0] + w["dense_1/bias"] + penalty
+    else:
+        end = (h @ w["dense_1/kernel"])[..., 0] + w["dense_1/bias"] + penalty
+    ce = lambda z, y: -_log_softmax(z)[rows, y]  # noqa: E731
+    expected_loss = (ce(start, batch["start_positions"]) + ce(end, batch["end_positions"])) / 2
+    outputs = head(tf.constant(h), batch, training=True)
+    if classifier:  # dense_2 on [CLS] alone
+        answerable = (h[:, 0] @ w["dense_2/kernel"])[:, 0] + w["dense_2/bias"]
+        expected_loss += 0.5 * (np.maximum(answerable, 0) - answerable * batch["is_impossible"]
+                                + np.log1p(np.exp(-np.abs(answerable))))
+        np.testing.assert_allclose(outputs["answerable_logit"], answerable, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(outputs["null_score"], answerable, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(outputs["answerable_logit"], np.zeros(batch_size))
+        null = start[:, 0] if joint else start[:, 0] + end[:, 0]
+        np.testing.assert_allclose(outputs["null_score"], null, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(outputs["start_logits"], start, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(outputs["end_logits"], end, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(head.per_example_loss(outputs, batch), expected_loss, rtol=1e-5)
+    if not joint:  # inference: the top logits of each, the ends the same for every start
+        outputs = head(tf.constant(h), batch, training=False)
+        top_start = np.argsort(-start, axis=-1, kind="stable")[:, :beam]
+        top_end = np.argsort(-end, axis=-1, kind="stable")[:, :beam]
+        np.testing.assert_array_equal(outputs["start_top_index"], top_start)
+        np.testing.assert_allclose(outputs["start_top_log_probs"], np.take_along_axis(start, top_start, -1),
+                                   rtol=1e-5)
+        for i in range(beam):
+            np.testing.assert_array_equal(outputs["end_top_index"][:, i], top_end)
+            np.testing.assert_allclose(outputs["end_top_log_probs"][:, i], np.take_along_axis(end, top_end, -1),
+                                       rtol=1e-5)
+
+
 def test_postprocessing_picks_the_right_span(tokenizer, tmp_path):
     context = "The quick brown fox jumped over the lazy dog near Denver's river bank in 1895."
     path = tmp_path / "tiny.json"
