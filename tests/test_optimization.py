@@ -1,6 +1,10 @@
 """Optimisation against the original's numbers: LR schedule, AdamWeightDecay vs a NumPy reference,
 layer-wise LR multipliers, tf.distribute and mixed precision, LAMB."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,6 +20,7 @@ from electra_tf.optimization import (
     create_optimizer,
     sum_duplicate_indices,
 )
+from process_helpers import REPO
 
 # ----------------------------------------------------------------------------- LR schedule
 
@@ -151,8 +156,13 @@ def _run_tf(init, a, b, clip_norm, layerwise, strategy=None):
         )
 
     def replica_step():
+        # With n replicas, replica r sees the linear terms times 2r / (n - 1) (mean 1) and scales its
+        # loss by 1 / n, so the replicas' gradients differ but their sum is the one-device gradient.
+        context = tf.distribute.get_replica_context()
+        n = context.num_replicas_in_sync
+        share = 1.0 if n == 1 else 2.0 * tf.cast(context.replica_id_in_sync_group, tf.float32) / (n - 1)
         with tf.GradientTape() as tape:
-            loss = _tf_loss(variables, a, b)
+            loss = _tf_loss(variables, {name: value * share for name, value in a.items()}, b) / n
         grads = tape.gradient(loss, list(variables.values()))
         opt.apply_gradients(zip(grads, variables.values()))
 
@@ -295,6 +305,37 @@ def test_mirrored_strategy_matches_reference():
     expected, _, _, _ = _reference(init, a, b, 1.0, multipliers)
     for name in VARIABLES:
         np.testing.assert_allclose(variables[name].numpy(), expected[name], rtol=0, atol=1e-6)
+
+
+TWO_REPLICAS = """
+import sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import test_optimization as t
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+init, a, b = t._problem(seed=2)
+variables, _, _ = t._run_tf(init, a, b, 1.0, True, strategy=strategy)
+expected, _, _, norms = t._reference(init, a, b, 1.0, {n: spec[2] for n, spec in t.VARIABLES.items()})
+assert min(norms) > 1.0  # clipping is active
+errors = {n: float(np.abs(variables[n].numpy() - expected[n]).max()) for n in t.VARIABLES}
+print("replicas", strategy.num_replicas_in_sync, "max error", max(errors.values()))
+sys.exit(0 if max(errors.values()) <= 1e-6 else 1)
+"""
+
+
+def test_two_replicas_sum_their_gradients_then_clip_once():
+    """MirroredStrategy over 2 logical CPUs (in a subprocess: devices are fixed when TensorFlow
+    starts), the replicas' gradients unequal: the optimizer sums them across replicas and clips
+    the sum, so the weights are the one-device reference's (clipping each replica's gradient
+    would not be)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]),
+           "CUDA_VISIBLE_DEVICES": "-1"}
+    result = subprocess.run([sys.executable, "-c", TWO_REPLICAS], env=env, cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "replicas 2 max error" in result.stdout
 
 
 def _train_small_model(policy, steps=4):
