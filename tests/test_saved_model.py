@@ -9,6 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import convert_checkpoint
 from checkpoint_helpers import SERVED_PRECISION, assert_computes_in, mrpc_pairs, randomize
@@ -100,6 +101,21 @@ def test_fresh_process_gives_the_keras_models_outputs(exported, served, vocab_fi
     expected = 1 / (1 + np.exp(-logits.astype(np.float64))) * mask
     np.testing.assert_allclose(served["replaced_probability"], expected, atol=1e-6, rtol=0)
     assert served["replaced_probability"][mask == 1].std() > 0.01  # not a constant: real weights
+
+
+def test_the_projection_is_stored_once(exported):
+    """The served graph reads each block's Q/K/V from the frozen [H, 3H] copy, and only it is saved:
+    the variables hold the encoder's weights once, not once more for the copy."""
+    built, _, out = exported
+    saved = dict(tf.train.list_variables(str(out / "variables" / "variables")))  # keyed by object path
+    encoder = built.model.network.discriminator
+    hidden = encoder.config.hidden_size
+    assert sum(shape == [hidden, 3 * hidden] for shape in saved.values()) == len(encoder.blocks)  # the copies
+    size = sum(np.prod(shape) for key, shape in saved.items()
+               if key.endswith("VARIABLE_VALUE") and shape)  # (a scalar records the served precision)
+    discriminator = sum(np.prod(v.shape) for v in built.model.variables
+                        if v.name.startswith(("electra/", "discriminator_predictions/")))
+    assert size == discriminator
 
 
 def test_existing_output_needs_overwrite(exported, capsys):

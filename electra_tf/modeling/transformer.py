@@ -16,7 +16,8 @@ Variable names, relative to the encoder's scope (`electra` or `generator`):
     encoder/layer_<i>/intermediate/dense/{kernel [H,F], bias [F]}
     encoder/layer_<i>/output/dense/{kernel [F,H], bias [H]}
     encoder/layer_<i>/output/LayerNorm/{gamma,beta}
-A served encoder (`Encoder.freeze_qkv`) also holds, per layer, frozen_qkv_{kernel [H,3H], bias [3H]}.
+A served encoder (`Encoder.freeze_qkv`) holds, per layer, frozen_qkv_{kernel [H,3H], bias [3H]} instead of
+the query, key and value variables.
 """
 
 import math
@@ -95,12 +96,23 @@ class SelfAttention(tf_keras.layers.Layer):
 
     def freeze_qkv(self):
         """Concatenates the Q/K/V kernels once, into variables, for a served graph (saves the concat on
-        every call, about 8 % of a batch-1 request). Call it last, once the weights are loaded: a later
-        assignment or training would leave the copy stale (`call` refuses training)."""
+        every call, about 8 % of a batch-1 request), and drops the three Dense layers, so that a
+        SavedModel stores the projection once. Call it last, once the weights are loaded: the layer
+        can then neither train (`call` refuses) nor take other Q/K/V weights."""
         kernel, bias = self.qkv_weights()
         self.frozen_qkv = tf.Module(name="frozen_qkv")
         self.frozen_qkv.kernel = tf.Variable(kernel, trainable=False, name="frozen_qkv_kernel")
         self.frozen_qkv.bias = tf.Variable(bias, trainable=False, name="frozen_qkv_bias")
+        del self.query, self.key, self.value  # no longer among the layer's variables
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        """What a checkpoint or SavedModel saves; after `freeze_qkv`, not the dropped Q/K/V layers,
+        which attribute deletion leaves among the dependencies it records."""
+        children = super()._trackable_children(save_type, **kwargs)
+        if self.frozen_qkv is not None:
+            for name in ("query", "key", "value"):
+                children.pop(name, None)
+        return children
 
     def _core(self, qkv, mask_bias, training, batch, seq_length):
         """Scaled dot-product attention over the padded layout: qkv [B*L, 3H] → context [B*L, H]."""
