@@ -74,13 +74,14 @@ def write_hf_classifier(trial_dir: Path, out: Path) -> None:
     from safetensors.numpy import save_file
     from electra_tf.checkpoints import hf
     from electra_tf.checkpoints.report import variable_name
-    from finetune.saved_model import build_server, read_run_config
-    server, config = build_server(trial_dir), read_run_config(trial_dir)
+    from finetune.saved_model import load_finetuned
+    model, config, task = load_finetuned(trial_dir)  # not frozen for serving: its Q/K/V layers are read here
     encoder = config.encoder_config()
-    values = {variable_name(v): v.numpy() for v in server.encoder.variables}
+    values = {variable_name(v): v.numpy() for v in model.encoder.variables}
     tensors = {key: values[tf1].T if transposed else values[tf1]
                for tf1, key, transposed in hf.encoder_pairs("electra", "electra/embeddings", encoder)}
-    kernel, bias = server.head.dense.kernel.numpy(), server.head.dense.bias.numpy()  # [H, C], [C]
+    head = model.heads[[t.name for t in model.tasks].index(task.name)]
+    kernel, bias = head.dense.kernel.numpy(), head.dense.bias.numpy()  # [H, C], [C]
     hidden = kernel.shape[0]
     tensors.update({"classifier.dense.weight": np.eye(hidden, dtype=np.float32),
                     "classifier.dense.bias": np.full([hidden], SHIFT, np.float32),
@@ -89,7 +90,7 @@ def write_hf_classifier(trial_dir: Path, out: Path) -> None:
     out.mkdir(parents=True)
     save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(out / hf.WEIGHTS_FILE),
               metadata={"format": "pt"})
-    labels = server.task.labels
+    labels = task.labels
     document = dict(hf.hf_config(encoder, "discriminator"), architectures=["ElectraForSequenceClassification"],
                     id2label={i: str(label) for i, label in enumerate(labels)},
                     label2id={str(label): i for i, label in enumerate(labels)})

@@ -109,8 +109,9 @@ def choose_task(config: FinetuningConfig, task: Optional[str], model_dir: Path) 
     return get_task(name)
 
 
-def build_server(model_dir, task: Optional[str] = None, precision: str = "float32") -> GlueServer:
-    """The GlueServer of a trial's model dir, its fine-tuned weights restored, computing in `precision`."""
+def load_finetuned(model_dir, task: Optional[str] = None, precision: str = "float32"):
+    """(FinetuningModel with a trial's fine-tuned weights, its run's FinetuningConfig, the GlueTask
+    to serve), the model's layers computing in `precision`."""
     check_precision(precision)
     model_dir = Path(model_dir)
     if not is_finetuned_dir(model_dir):
@@ -128,8 +129,14 @@ def build_server(model_dir, task: Optional[str] = None, precision: str = "float3
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         raise InputError(f"checkpoint {model_dir / FINETUNED} does not match {model_dir / RUN_CONFIG}: "
                          f"{str(error).splitlines()[0]}") from None
+    return model, config, served
+
+
+def build_server(model_dir, task: Optional[str] = None, precision: str = "float32") -> GlueServer:
+    """The GlueServer of a trial's model dir, its fine-tuned weights restored, computing in `precision`."""
+    model, config, served = load_finetuned(model_dir, task, precision)
     model.encoder.freeze_qkv()
-    tokenizer = Tokenizer(model_dir / VOCAB_FILE, do_lower_case=config.do_lower_case)
+    tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=config.do_lower_case)
     return GlueServer(tokenizer, model, served, config.max_seq_length, precision)
 
 

@@ -1,6 +1,6 @@
-"""The benchmarks' pure helpers (no timing): how peers are grouped in pairs, the per-pair ratios,
-that worker processes end whatever ends a benchmark, and and the float32 fact serving.py's HF export
-rests on."""
+"""The benchmarks' helpers (no timing): how peers are grouped in pairs, the per-pair ratios, that
+worker processes end whatever ends a benchmark, the float32 fact serving.py's HF export rests on,
+and that this export gives the trial's own logits."""
 
 import os
 
@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.finetune_throughput import pair_ratios
 from benchmarks.peers import Worker, pair_groups, run_groups
-from benchmarks.serving import SHIFT
+from benchmarks.serving import SHIFT, write_hf_classifier
 
 # A worker in plain Python: ready at once, then answers each step with 0.5 s (or, with --bad, a
 # line the driver cannot read).
@@ -40,6 +40,35 @@ def test_gelu_is_the_identity_past_the_shift_in_float32():
     import torch  # a test extra: missing, the test fails
     x = torch.linspace(-9.99, 60.0, 200001, dtype=torch.float32) + SHIFT
     np.testing.assert_array_equal(torch.nn.functional.gelu(x).numpy(), x.numpy())
+
+
+def test_hf_classifier_of_a_trial_gives_its_logits(tmp_path, shared_data, vocab_file):
+    """serving.py's HF peer: a fine-tuned trial written as ElectraForSequenceClassification (its head
+    dense(H, C) as HF's dense -> GELU -> dense with the shift) gives the trial's own logits."""
+    import json
+    import torch
+    import transformers
+    import run_finetuning
+    from finetune.saved_model import load_finetuned
+    hparams = dict(task_names=["sst"], model_size="tiny", random_init=True, do_eval=False, vocab_file=str(vocab_file),
+                   raw_data_dir=str(shared_data / "glue"), max_examples=32, num_train_epochs=1.0, max_seq_length=32,
+                   keep_all_models=True)
+    assert run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "bench",
+                                "--hparams", json.dumps(hparams)]) == 0
+    trial = next((tmp_path / "models").rglob("sst_model_1"))
+    write_hf_classifier(trial, tmp_path / "hf")
+    model, _, _ = load_finetuned(trial)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 20000, size=(4, 12)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = 101, 102
+    mask = np.ones_like(ids)
+    mask[1, 8:] = 0  # one padded row
+    ours = model({"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}, training=False)["sst"]
+    hf_model = transformers.ElectraForSequenceClassification.from_pretrained(str(tmp_path / "hf")).eval()
+    with torch.no_grad():
+        theirs = hf_model(input_ids=torch.tensor(ids, dtype=torch.long),
+                          attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
+    np.testing.assert_allclose(theirs, ours.numpy(), atol=1e-4)
 
 
 @pytest.mark.parametrize("failure", [None, "unreadable answer", "peer cannot start"])
