@@ -12,7 +12,7 @@ import transformers
 import convert_checkpoint
 from checkpoint_helpers import encode_pairs, mrpc_pairs, randomize
 from electra_tf.checkpoints import model_dir, read_pretrained
-from electra_tf.checkpoints.hf import export_hf, network_pairs
+from electra_tf.checkpoints.hf import OWN_EMBEDDINGS, export_hf, network_pairs
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
@@ -113,10 +113,11 @@ def test_export_to_hf_has_parity(tmp_path, vocab_file, glue_batch, size, train_s
     ("tiny", {"untied_generator_embeddings": True}, ["discriminator", "generator"]),
     ("small", {"untied_generator_embeddings": True, "model_hparam_overrides": {"num_hidden_layers": 2}},
      ["discriminator", "generator"])], ids=["bert", "untied-embeddings-one-width", "untied-embeddings-own-width"])
-def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, size, hparams, roles):
+def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, size, hparams, roles, capsys):
     """An MLM-only ("bert") model exports its one network as the generator; a generator with its own
-    embeddings exports them (at tiny's width, the discriminator's E, or at small's, its own Hg).
-    Logits equal ours within 1e-5, and from-hf gives back the same architecture and every value."""
+    embeddings exports them (at tiny's width, the discriminator's E, or at small's, its own Hg), and
+    its config.json says they are its own. Logits equal ours within 1e-5, and from-hf gives back the
+    same architecture and every value."""
     source, built, config = _write_model_dir(tmp_path, vocab_file, size, seed=5, train_steps=2, batch=glue_batch,
                                              hparams=hparams)
     out = tmp_path / "hf"
@@ -136,6 +137,13 @@ def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, si
     assert sorted(weights) == sorted(names)
     for name in names:
         np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
+    document = json.loads((out / "generator" / "config.json").read_text())
+    assert document.pop(OWN_EMBEDDINGS, False) is bool(hparams.get("untied_generator_embeddings"))
+    if size == "tiny" and roles == list(HF_CLASSES):  # at E's width, only the key tells own tables from shared
+        (out / "generator" / "config.json").write_text(json.dumps(document))
+        capsys.readouterr()
+        assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(tmp_path / "x")]) == 2
+        assert "electra.embeddings.word_embeddings.weight differs from" in capsys.readouterr().err
 
 
 def test_export_in_float16(tmp_path, vocab_file, glue_batch):

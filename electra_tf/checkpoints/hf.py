@@ -31,6 +31,9 @@ ROLES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaske
 Pair = Tuple[str, str, bool]  # (TF1 name, HF key, transposed)
 # float16 halves the files (the released models are float32); the import reads either as float32.
 EXPORT_DTYPES = ("float32", "float16")
+# In a generator's config.json: its embedding block is its own (`untied_generator_embeddings`), which
+# its width shows only when that differs from the discriminator's. HF keeps unknown keys as attributes.
+OWN_EMBEDDINGS = "electra_tf_own_embeddings"
 
 
 def _dense(tf1: str, hf: str) -> List[Pair]:
@@ -123,7 +126,10 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
         tensors = {hf: np.ascontiguousarray(values[tf1].T if transposed else values[tf1], dtype)
                    for tf1, hf, transposed in pairs}
         save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-        (out / "config.json").write_text(json.dumps(hf_config(encoder, role, dtype), indent=2) + "\n")
+        document = hf_config(encoder, role, dtype)
+        if role == "generator" and any(tf1.startswith("generator/embeddings/") for tf1, _, _ in pairs):
+            document[OWN_EMBEDDINGS] = True
+        (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
         (out / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
         for name, content in tokenizer_files(config.do_lower_case).items():
             (out / name).write_text(json.dumps(content, indent=2) + "\n")
@@ -237,10 +243,11 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
     """PretrainedWeights (TF1-named values, inferred config, vocab) from an HF dir.
 
     A discriminator with a generator becomes an ELECTRA model. The generator shares the
-    discriminator's embedding block (as in the released models) when its word table equals the
-    discriminator's; one of another width or with other values is its own
-    (`untied_generator_embeddings`). A discriminator alone becomes the same with the generator left
-    out; a generator alone, an MLM-only ("bert" objective) model.
+    discriminator's embedding block (as in the released models, so it must equal the
+    discriminator's) unless the block is of another width or its config.json says it is its own
+    (OWN_EMBEDDINGS, written by `export_hf`): then `untied_generator_embeddings`. A discriminator
+    alone becomes the same with the generator left out; a generator alone, an MLM-only ("bert"
+    objective) model.
     """
     from electra_tf.checkpoints import PretrainedWeights
     dirs = network_dirs(path)
@@ -254,9 +261,9 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
         if "discriminator" not in tensors:
             shapes.update(_shape_names(gen, "generator", "electra", "electra/embeddings"))
         else:
-            table = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator")
-            shared = shapes["electra/embeddings/word_embeddings"]  # the discriminator's table
-            own = table.shape != shared.shape or not np.array_equal(table, shared)
+            width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
+            flagged = json.loads((dirs["generator"] / "config.json").read_text()).get(OWN_EMBEDDINGS) is True
+            own = flagged or width != shapes["electra/embeddings/word_embeddings"].shape[1]
             shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
     config = infer_config(shapes, model_name, data_dir or str(path))
     # Pass 2: every weight through the exact mapping of that config.
