@@ -36,7 +36,8 @@ class QAHead(tf_keras.layers.Layer):
     """`call(sequence_output, batch, training)` -> dict of float32 / int32 tensors:
 
     start_logits [B, L], end_logits [B, L] (for the gold start of `batch["start_positions"]`),
-    answerable_logit [B], null_score [B] (answerable_logit, or s_0 + e_0 without the classifier),
+    answerable_logit [B], null_score [B] (answerable_logit; without the classifier s_0, or s_0 + e_0
+    without joint prediction either),
     start_top_log_probs / start_top_index [B, k], end_top_log_probs / end_top_index [B, k, k]
     (inference only; k = min(beam_size, L)).
     The batch needs input_mask, segment_ids and (training; for the loss) start_positions,

@@ -148,7 +148,7 @@ def test_hparam_and_flag_tables_name_real_hparams_and_flags():
                 problems += [f"{where}:{start}: {script} has no flag {flag}" for flag in sorted(shown - real)]
                 problems += [f"{where}:{start}: the {script} table lacks {flag}" for flag in sorted(real - shown)]
     assert not problems, "doc tables that do not match the code:\n" + "\n".join(problems)
-    # the docs' tables as written today (pretraining, fine-tuning and data's hparams; two scripts' flags):
+    # the docs' tables as written today (hparams: two in pretraining.md, one in finetuning.md; flags: data.md's two):
     # fewer means the table reader stopped seeing some
     assert checked["hparam"] >= 3 and checked["flag"] >= 2, checked
 

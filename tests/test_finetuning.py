@@ -117,7 +117,7 @@ def test_layerwise_multipliers_of_every_finetuning_variable(data_dir, layers, de
      3e-4, 0.8 ** 2, 0.0)],  # the paper's Table 7 for Small
     ids=["defaults", "fixed-decay", "paper-recipe"])
 def test_a_trial_trains_with_the_configured_optimizer(data_dir, values, lr, top, weight_decay):
-    """What a trial's train step applies: AdamW with the config's peak rate, 10 % warm-up and linear
+    """The optimizer a trial's train step is compiled with: AdamW with the config's peak rate, 10 % warm-up and linear
     decay over the trial's steps, weight decay off for LayerNorm and biases, clipping at global
     norm 1, and layer-wise decay 0.8 over the encoder's depth (2 layers here)."""
     decay = 0.8

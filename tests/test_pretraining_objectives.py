@@ -79,6 +79,7 @@ def test_objective_loss_decreases(objective, batches):
     if objective in ("replace_mlm", "all_tokens_mlm"):  # an MLM-style discriminator loss, weighed 1
         assert output.rtd is None and output.main_loss is not None
         np.testing.assert_allclose(float(output.loss), float(output.mlm.loss) + float(output.main_loss), rtol=1e-6)
+        assert 0.0 < float(output.main_loss) < np.log(30522) + 1.0  # one cross-entropy over the vocab, not 50
         # the discriminator sees the generator's samples, never [MASK]
         assert not np.any(output.fake.fake_input_ids.numpy() == BERT_IDS["mask_id"])
 

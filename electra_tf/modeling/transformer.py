@@ -99,6 +99,8 @@ class SelfAttention(tf_keras.layers.Layer):
         every call, about 8 % of a batch-1 request), and drops the three Dense layers, so that a
         SavedModel stores the projection once. Call it last, once the weights are loaded: the layer
         can then neither train (`call` refuses) nor take other Q/K/V weights."""
+        if self.frozen_qkv is not None:  # frozen already
+            return
         kernel, bias = self.qkv_weights()
         self.frozen_qkv = tf.Module(name="frozen_qkv")
         self.frozen_qkv.kernel = tf.Variable(kernel, trainable=False, name="frozen_qkv_kernel")
