@@ -112,6 +112,12 @@ def test_fresh_process_gives_the_keras_models_probabilities(finetuned, shared_da
         assert labels == [glue.server_label(task, p) for p in logits.argmax(-1)]
         assert served["probabilities"][:, 1].std() > 1e-3, served["probabilities"]  # not a constant
 
+    # an export stores each weight once: its encoder and the served task's head (Q/K/V as one copy)
+    saved = tf.train.list_variables(str(tmp_path / "mrpc" / "variables" / "variables"))
+    head = model.heads[TASKS.index("mrpc")]
+    assert sum(np.prod(shape) for key, shape in saved if key.endswith("VARIABLE_VALUE") and shape) == \
+        sum(np.prod(v.shape) for v in model.encoder.variables + head.variables)  # (a scalar records precision)
+
     assert_computes_in(json.loads((tmp_path / "mrpc_bf16.npz.json").read_text()), "mixed_bfloat16")
     served, fp32 = dict(np.load(tmp_path / "mrpc_bf16.npz")), dict(np.load(tmp_path / "mrpc.npz"))
     assert served["probabilities"].dtype == np.float32
