@@ -6,9 +6,11 @@
 Stage 1 finds a regime where BERT-MLM pretraining beats random init (go/no-go), stage 2
 pretrains electra and bert with the same FLOPs and fine-tunes them on five GLUE dev sets, stage 3
 runs the paper's ablations. The plan, pre-registered before any result, is the docstring of
-benchmarks/paper_replication/settings.py. Every unit writes a small result JSON under
-`<output-dir>/units/` and `<results-dir>/units/` (committed); rerunning the same command resumes
-and never redoes a finished unit. Keep `--output-dir` outside the checkout (e.g.
+benchmarks/paper_replication/settings.py; stage 4, three diagnostics of `electra` outside the
+plan and its cap, was added there after stage 2's `electra` had run (fixed in RESULTS.md before
+any of them ran). Every unit writes a small result JSON under `<output-dir>/units/` and
+`<results-dir>/units/` (committed); rerunning the same command resumes and never redoes a
+finished unit. Keep `--output-dir` outside the checkout (e.g.
 /work/replication): it holds the data, checkpoints and logs, which the work tree must not.
 Start the long run niced; `<output-dir>/run.pid` names its process group, so
 `kill -STOP -<pgid>` pauses it (and its worker) and `kill -CONT -<pgid>` resumes it.
@@ -33,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results-dir", default=None,
                         help="small result files, results.json, table.md, PNGs (default: benchmarks/replication; "
                              "with --quick, OUTPUT/results)")
-    parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=3, help="run stages 1..S")
+    parser.add_argument("--stage", type=int, choices=(1, 2, 3, 4), default=4,
+                        help="run stages 1..S (4: the diagnostics, outside the plan and the cap)")
     parser.add_argument("--quick", action="store_true", help="every stage on tiny settings, in minutes")
     parser.add_argument("--status", action="store_true", help="print what is done and what remains, then exit")
     parser.add_argument("--report", action="store_true", help="regenerate results.json, table.md, PNGs, then exit")

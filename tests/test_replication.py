@@ -88,6 +88,32 @@ def test_the_flops_count_the_widths_the_runs_train(tmp_path, settings_name):
     assert heads == (s.hidden // 64, s.generator_hidden // 64)
 
 
+@pytest.mark.parametrize("settings_name", ["REAL", "QUICK"])
+def test_a_diagnostic_s_flops_count_the_generator_it_trains(tmp_path, shared_data, settings_name):
+    """Stage 4's runs change one setting each; the FLOPs per step follow the generator their
+    PretrainingConfig builds (the full-width one costs more, so it gets fewer steps)."""
+    from electra_tf.config import PretrainingConfig
+    from paper_replication import settings as plan
+    from paper_replication.stages import run_step_flops, step_flops
+    from paper_replication.units import run_hparams, schedule
+    s = getattr(plan, settings_name)
+    ctx = Context(s, tmp_path / "out", tmp_path / "results", tmp_path, shared_data)
+    widths = []
+    for diagnostic in s.diagnostics:
+        run = schedule(s, 0.0, 100, f"s4_{diagnostic.name}", 4, "electra", "bert", 1e-3, (1.0,), steps=100,
+                       hparams=diagnostic.hparams)
+        hparams = run_hparams(ctx, run)
+        assert {key: hparams[key] for key, _ in diagnostic.hparams} == dict(diagnostic.hparams)
+        generator = PretrainingConfig.from_hparams(run.name, str(tmp_path / "m"), hparams).generator_config()
+        assert generator.intermediate_size == 4 * generator.hidden_size
+        assert generator.num_attention_heads == max(1, generator.hidden_size // 64)
+        assert run_step_flops(ctx, "electra", "bert", run.hparams) == step_flops(ctx, "electra", "bert",
+                                                                                 generator.hidden_size)
+        widths.append(generator.hidden_size)
+    assert widths[0] == s.hidden and all(width == s.generator_hidden for width in widths[1:])
+    assert run_step_flops(ctx, "electra", "bert", s.diagnostics[0].hparams) > step_flops(ctx, "electra", "bert")
+
+
 def test_a_budget_is_computed_once(tmp_path):
     """Stage 2's and 3's budget inputs are stored when first planned and read back afterwards, so a
     restart on newer code or a later record cannot move a budget whose runs have started."""

@@ -24,8 +24,9 @@ def test_status_says_a_stage_its_budget_rules_out_is_not_run(tmp_path, monkeypat
              StagePlan([], complete=True, notes=["stage 2 not run: stage 1 took 29.0 h"])]
     monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage=3: plans)
     lines = runner.status(Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)).splitlines()
-    assert lines[-4:] == ["stage 2: not run", "  stage 2 not run: stage 1 took 29.0 h",
-                          "stage 3: not run (stage 2's note says why)", "remaining (planned units): 0, ETA 0s"]
+    assert lines[-5:] == ["stage 2: not run", "  stage 2 not run: stage 1 took 29.0 h",
+                          "stage 3: not run (stage 2's note says why)", "stage 4: not run (stage 2's note says why)",
+                          "remaining (planned units): 0, ETA 0s"]
 
 
 @pytest.mark.parametrize("fits, last, expected", [

@@ -55,13 +55,14 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     for path, (mtime, text) in stage1.items():  # ... and no result file was rewritten
         assert path.stat().st_mtime_ns == mtime and path.read_text() == text
     assert " start s2/s2_electra/pretrain/" in second.stdout and " start s3/" in second.stdout
+    assert " start s4/s4_full_generator/pretrain/" in second.stdout
 
     status = _run(out, shared_data, "--status").stdout
-    assert status.count(" 0 remaining") == 3 and "remaining (planned units): 0" in status, status
+    assert status.count(" 0 remaining") == 4 and "remaining (planned units): 0" in status, status
 
     results = json.loads((out / "results" / "results.json").read_text())
-    assert [s["stage"] for s in results["stages"]] == [1, 2, 3] and all(s["complete"] for s in results["stages"])
-    stage2, stage3 = results["stages"][1], results["stages"][2]
+    assert [s["stage"] for s in results["stages"]] == [1, 2, 3, 4] and all(s["complete"] for s in results["stages"])
+    stage2, stage3, stage4 = results["stages"][1:]
     assert [r["objective"] for r in stage2["runs"]] == ["electra", "bert"]
     assert [r["objective"] for r in stage3["runs"]] == ["electra_15", "replace_mlm", "all_tokens_mlm"]
     electra, bert = stage2["runs"]
@@ -76,6 +77,16 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
             assert "masked_lm_accuracy" in point["eval"] and "masked_lm_accuracy_at_mask" in point["eval"]
         assert "disc_auc" in run["checkpoints"][0]["eval"] or run["objective"] == "bert"
     assert stage2["random_init"]["learned"]["tasks"]["sts"]["n"] == 2
+    # the diagnostic: a generator as wide as the discriminator, at electra's FLOPs in fewer steps
+    (wide,) = stage4["runs"]
+    assert wide["name"] == "s4_full_generator" and wide["steps"] < electra["steps"]
+    assert wide["checkpoints"][-1]["flops"] == pytest.approx(electra["checkpoints"][-1]["flops"], rel=0.35)
+    assert wide["checkpoints"][-1]["tasks"]["sts"]["n"] == 2 and "disc_auc" in wide["checkpoints"][-1]["eval"]
+    from electra_tf.checkpoints import read_pretrained  # the trained checkpoint, in the original's names
+    weights = read_pretrained(out / "probes" / "s4_full_generator" / f"ckpt-{wide['steps']}")
+    widths = {name.split("/")[0]: value.shape[-1] for name, value in weights.values.items()
+              if name.endswith("layer_0/attention/output/dense/kernel")}
+    assert widths == {"generator": QUICK.hidden, "electra": QUICK.hidden}, widths
 
     table = (out / "results" / "table.md").read_text()
     assert "| model | steps | FLOPs | STS-B | GLUE avg |" in table
@@ -84,11 +95,12 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     for row in ("| electra |", "| bert |", "| random init (learned) |", "| electra_15 |", "| all_tokens_mlm |"):
         assert row in table
     # stage 2 and 3 each rank their models with the seed spread and Table 5's pairs as measured
-    assert table.count("- measured ordering by GLUE average") == 2 and table.count("- neighbours: ") == 2
+    assert table.count("- measured ordering by GLUE average") == 3 and table.count("- neighbours: ") == 3
     assert "paper Table 5 (base) orders 1 of these pairs" in table and "orders 9 of these pairs" in table
     assert "- HF export (electra): its discriminator in float16, " in table and "committed in `hf/electra`" in table
     from paper_replication.worker import CPU
-    assert table.count(f"- machine time by CPU: {CPU} ") == 3  # each stage, all on this machine
+    assert table.count(f"- machine time by CPU: {CPU} ") == 4  # each stage, all on this machine
+    assert "- electra (full_generator), step " in table and "| electra (full_generator) | " in table
     for png in ("glue_vs_flops.png", "pretraining_curves.png"):
         assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
     exported = out / "results" / "hf" / "electra"
@@ -202,6 +214,23 @@ def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: floa
             "scores": {params["task"]: {name: value for name in GLUE_METRICS[params["task"]]}}}
 
 
+def _real_stage2(tmp_path: Path, shared_data: Path, per_pass: float, pretrain_hours: float):
+    """A replication at the real settings with stage 1's committed results and stage 2 faked
+    (`_fake_stage2`) until it is whole: (its Context, its results dir)."""
+    committed = REPO / "benchmarks" / "replication"
+    results = tmp_path / "results"
+    shutil.copytree(committed / "vocab", results / "vocab")
+    shutil.copytree(committed / "units" / "s1", results / "units" / "s1")
+    ctx = Context(REAL, tmp_path / "out", results, REPO, shared_data)
+    for _ in range(5):
+        plans = plan_all(ctx, last_stage=2)
+        for unit in ctx.pending(plans[1].units):
+            ctx.store.write(unit.id, _fake_stage2(ctx, unit, per_pass, pretrain_hours))
+        if plans[1].complete and not ctx.pending(plans[1].units):
+            return ctx, results
+    raise AssertionError("stage 2 did not complete")
+
+
 @pytest.mark.parametrize("per_pass, pretrain_hours, expected", [
     (0.0005, 1.0, "full"),  # stage 2 spent ~2 h of the 14.6 h left after stage 1: the ablations at its budget
     (0.002, 0.5, "substitute"),  # ~4 h: all five objectives at a smaller common budget, labelled
@@ -214,20 +243,10 @@ def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_no
     """Stage 1's committed results (15.4 machine hours) and a faked stage 2 whose time decides
     what the 30 h cap leaves: stage 3 is planned in full, as the substitute, or says it is not run;
     the report and --status say which, and nothing of stage 3 runs when it is not run."""
-    committed = REPO / "benchmarks" / "replication"
-    results = tmp_path / "results"
-    shutil.copytree(committed / "vocab", results / "vocab")
-    shutil.copytree(committed / "units" / "s1", results / "units" / "s1")
-    ctx = Context(REAL, tmp_path / "out", results, REPO, shared_data)
-    for _ in range(5):
-        plans = plan_all(ctx, last_stage=2)
-        for unit in ctx.pending(plans[1].units):
-            ctx.store.write(unit.id, _fake_stage2(ctx, unit, per_pass, pretrain_hours))
-        if plans[1].complete and not ctx.pending(plans[1].units):
-            break
-    stage2 = plans[1]
+    ctx, results = _real_stage2(tmp_path, shared_data, per_pass, pretrain_hours)
+    stage2 = plan_all(ctx, last_stage=2)[1]
     assert [r.steps for r in stage2.runs] == [4520, 5840]  # the real budget, from stage 1's real time
-    plans = plan_all(ctx)
+    plans = plan_all(ctx, last_stage=3)
     assert len(plans) == 3
     stage3 = plans[2]
     if expected == "full":
@@ -254,3 +273,63 @@ def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_no
         assert f"## Stage 3: the ablations (Table 5 as measured)\n\n- {note}\n" in table
         assert "| electra | 4520 |" in table and "| bert | 5840 |" in table  # stage 2's comparison stands
         assert "stage 3: not run" in runner.status(ctx)
+
+
+def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, shared_data, monkeypatch):
+    """After a stage 2 that leaves stage 3 nothing (as the real one does), stage 4 plans the three
+    diagnostics RESULTS.md fixed on 2026-11-27: the schedule of stage 2's electra with one setting
+    changed, the full-width generator at stage 2's FLOPs; final checkpoints fine-tuned, random init
+    stage 2's. The report reads each run by the fixed rules (learns, transfers)."""
+    ctx, results = _real_stage2(tmp_path, shared_data, 0.0044, 3.1)
+    plans = plan_all(ctx)
+    assert len(plans) == 4 and plans[2].runs == [] and plans[3].complete
+    electra = plans[1].runs[0]
+    stage4 = plans[3]
+    assert [(r.name, r.objective, r.steps, r.learning_rate) for r in stage4.runs] == [
+        ("s4_full_generator", "electra", 2960, 1e-3), ("s4_untied_embeddings", "electra", 4520, 1e-3),
+        ("s4_lr_5e-4", "electra", 4520, 5e-4)]
+    assert all(r.steps // r.save_every == electra.steps // electra.save_every == 20 and r.vocab == electra.vocab
+               for r in stage4.runs)  # checkpoints as often in each run's share
+    assert stage4.runs[0].probe_steps == (740, 1480, 2220, 2960)
+    segments = {u.id: u for u in stage4.units if u.kind == "pretrain"}
+    wide = segments["s4/s4_full_generator/pretrain/2960"].params
+    assert wide["hparams"]["generator_hidden_size"] == 1.0 and wide["hparams"]["num_warmup_steps"] == 178
+    # the wide step costs 1.53x electra's, so its 2,960 steps are electra's FLOPs to the rounding
+    assert wide["flops_per_step"] / segments["s4/s4_lr_5e-4/pretrain/4520"].params["flops_per_step"] == \
+        pytest.approx(1.53, abs=0.005)
+    assert 2960 * wide["flops_per_step"] == pytest.approx(plans[1].budget["flops_each"], rel=0.01)
+    untied = segments["s4/s4_untied_embeddings/pretrain/4520"].params["hparams"]
+    assert untied["untied_generator_embeddings"] is True and "generator_hidden_size" not in untied
+    assert segments["s4/s4_lr_5e-4/pretrain/4520"].params["hparams"]["learning_rate"] == 5e-4
+    trials = [u for u in stage4.units if u.kind == "finetune"]
+    assert len(trials) == 3 * 5 * 3 and not any("random" in u.id for u in trials)
+    assert {u.id.split("/ft/")[1].split("/")[0] for u in trials} == {"2960", "4520"}  # final checkpoints only
+    # the schedules: stage 4's record their own hparams, stage 2's records stay as they were
+    assert json.loads((results / "units" / "s4" / "s4_full_generator" / "schedule.json").read_text())["hparams"] \
+        == {"generator_hidden_size": 1.0}
+    assert "hparams" not in json.loads((results / "units" / "s2" / "s2_electra" / "schedule.json").read_text())
+
+    for unit in stage4.units:  # the wide generator learns and transfers; the other two do neither
+        record = _fake_stage2(ctx, unit, 0.0044, 3.1)
+        wide_run = "full_generator" in unit.id
+        if unit.kind == "eval":
+            record["metrics"].update(disc_loss=0.40 if wide_run else 0.449, disc_loss_constant_predictor=0.452)
+        if unit.kind == "finetune":
+            for name in record["scores"][unit.params["task"]]:
+                record["scores"][unit.params["task"]][name] += 2.0 if wide_run else 0.5
+        ctx.store.write(unit.id, record)
+    monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
+    monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())
+    monkeypatch.setattr(runner.Worker, "run", lambda *args: pytest.fail("no unit may run"))
+    assert runner.execute(ctx, 4, write_report) == 0
+    table = (results / "table.md").read_text()
+    assert "## Stage 4: diagnostics of electra (outside the plan and the cap" in table
+    assert "| electra (full_generator) | 2960 |" in table and "| electra (lr_5e-4) | 4520 |" in table
+    assert ("- electra (full_generator), step 2960: learns (held-out loss 0.0520 nats below the constant "
+            "predictor's; the rule: 0.005); transfers (GLUE average +2.00 over random init's; the rule: 1)") in table
+    assert ("- electra (untied_embeddings), step 4520: does not learn (held-out loss 0.0030 nats below the constant "
+            "predictor's; the rule: 0.005); does not transfer (GLUE average +0.50 over random init's; the rule: 1)"
+            ) in table
+    assert "- electra, step 4520: learning not measured yet; does not transfer (GLUE average +0.00" in table
+    status = runner.status(ctx)
+    assert "stage 3: not run" in status and "stage 4: 69 done, 0 remaining" in status

@@ -18,7 +18,7 @@ from typing import List, Optional
 
 from electra_tf.progress import format_duration as duration
 from paper_replication.eta import Estimator
-from paper_replication.stages import StagePlan, plan_all, rules_out_later
+from paper_replication.stages import StagePlan, not_run, plan_all, rules_out_later
 from paper_replication.store import read_json, write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoint_step
 from paper_replication.worker import IDLE
@@ -301,14 +301,14 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
             ran += len(batch)
 
 
-def status(ctx: Context, last_stage: int = 3) -> str:
+def status(ctx: Context, last_stage: int = 4) -> str:
     """What is done, what remains and the ETA, per stage (plans only; nothing runs)."""
     plans = plan_all(ctx, last_stage)
     estimator = Estimator(ctx, [u for plan in plans for u in plan.units])
     lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}; budgets count {ctx.clock} seconds"], 0.0
     by_stage = pending_by_stage(ctx, plans)
     for number, plan in enumerate(plans, 1):
-        if number > 1 and rules_out_later(plan, number):  # ruled out by its budget
+        if not_run(plan, number):  # ruled out by its budget
             lines += [f"stage {number}: not run"] + [f"  {note}" for note in plan.notes]
             continue
         pending = by_stage[number - 1]

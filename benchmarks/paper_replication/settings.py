@@ -54,6 +54,15 @@ otherwise all five objectives at the common budget H3 = (left - F3) / 5 hours, l
 substitute; below 0.5 h each, stage 3 is not run and the report says so. Final checkpoints are
 fine-tuned as in stage 2; every checkpoint is evaluated.
 
+Stage 4, diagnostics, added on 2026-11-27 after stage 2's `electra` had stayed near the prior
+(RESULTS.md, "Next diagnostics, fixed before they run", is their pre-registration, written before
+any of them ran). Outside the plan above and its cap: three `electra` runs at the regime, each
+with one setting changed (`DIAGNOSTICS`), each evaluated at 25 / 50 / 75 / 100 % and its final
+discriminator fine-tuned as in stage 2, against stage 2's models and random init. Reading: a run
+*learns* when its final held-out discriminator loss is at least LEARNS_MARGIN nats below the
+constant predictor's, and *transfers* when its GLUE average is at least `transfer_margin` above
+random init's.
+
 Nothing here changes after a result exists: seeds, tasks, metrics, the SST-2 subsample, the
 decision rule and the budget formulas are fixed; only measured speeds enter the budgets.
 `--quick` runs the same pipeline on tiny settings (`QUICK`) in minutes; its numbers mean nothing.
@@ -64,6 +73,24 @@ from typing import Optional, Tuple
 
 OBJECTIVES_STAGE2 = ("electra", "bert")
 OBJECTIVES_STAGE3 = ("electra_15", "replace_mlm", "all_tokens_mlm")
+LEARNS_MARGIN = 0.005  # nats below the constant predictor's held-out loss (stage 4's reading)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostic:
+    """A stage-4 run: `electra` at the regime with one setting changed."""
+
+    name: str
+    hparams: Tuple[Tuple[str, object], ...] = ()  # PretrainingConfig values that differ from stage 2's
+    learning_rate: Optional[float] = None  # None: the regime's
+    flops_matched: bool = False  # stage 2's FLOPs at this step's cost, rather than `electra`'s steps
+
+
+# In the order they run (RESULTS.md, 2026-11-27): the released Small's generator width, the
+# generator with its own embeddings, the original's learning rate for Small.
+DIAGNOSTICS = (Diagnostic("full_generator", (("generator_hidden_size", 1.0),), flops_matched=True),
+               Diagnostic("untied_embeddings", (("untied_generator_embeddings", True),)),
+               Diagnostic("lr_5e-4", learning_rate=5e-4))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +132,7 @@ class Settings:
     min_stage3_hours: float
     throughput_steps: int
     checkpoints_per_hour: int  # pretraining checkpoints (what a kill can lose)
+    diagnostics: Tuple[Diagnostic, ...] = ()  # stage 4
     fixed_steps: Optional[int] = None  # quick: every run takes this many steps
     eval_batches: int = 10 ** 6  # held-out batches per checkpoint evaluation (the real run: all of them)
     quick: bool = False
@@ -124,13 +152,14 @@ REAL = Settings(
     pilots=(Pilot("a", "learned", 1e-3, 2.0), Pilot("b", "bert", 5e-4, 2.0)), pilot_c_hours=6.0,
     pilot_fractions=(0.25, 0.5, 1.0), stage_fractions=(0.25, 0.5, 0.75, 1.0), transfer_margin=1.0,
     stage2_max_hours=6.0, cap_hours=30.0, min_stage3_hours=0.5, throughput_steps=40,
-    checkpoints_per_hour=6)
+    checkpoints_per_hour=6, diagnostics=DIAGNOSTICS)
 
 # Tiny settings for --quick and the test: two corpus files (the vocab learned from their first
 # 1,000 lines: WordPiece learning is most of the data stage's time), a 2-layer 128-wide model, 12 steps,
 # 32 rows per GLUE file, 4 held-out batches per evaluation, one pilot whose regime is taken
 # whatever its probes say (the pipeline, not the numbers, is tested), one GLUE task in stages 2-3
-# (STS-B: the regression path; the stage-1 probes cover classification), two seeds.
+# (STS-B: the regression path; the stage-1 probes cover classification), two seeds, and stage 4's
+# first diagnostic (the one whose step costs differ).
 QUICK = Settings(
     corpus_files=2, held_out_files=1, learned_vocab_size=1000, vocab_max_lines=1000,
     hidden=128, layers=2, embedding=64, generator_hidden=64, model_size="tiny",
@@ -140,4 +169,4 @@ QUICK = Settings(
     pilots=(Pilot("a", "learned", 1e-3, 0.0),), pilot_c_hours=0.0,
     pilot_fractions=(1.0,), stage_fractions=(0.5, 1.0), transfer_margin=1.0,
     stage2_max_hours=0.0, cap_hours=0.0, min_stage3_hours=0.0, throughput_steps=4,
-    checkpoints_per_hour=6, fixed_steps=12, eval_batches=4, quick=True)
+    checkpoints_per_hour=6, diagnostics=DIAGNOSTICS[:1], fixed_steps=12, eval_batches=4, quick=True)

@@ -1,4 +1,4 @@
-"""The three stages as unit lists, with the pre-registered decisions between them (settings.py).
+"""The stages as unit lists, with the pre-registered decisions between them (settings.py).
 
 Each `plan_stageN` returns the units known so far: a stage whose next step depends on results
 (pilot b only if pilot a does not transfer; stage 2's budget after stage 1's measured hours)
@@ -7,10 +7,10 @@ lists what can run now and says it is not `complete`; the runner runs those and 
 
 import dataclasses
 import statistics
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from paper_replication.flops import flops_per_step
-from paper_replication.settings import OBJECTIVES_STAGE2, OBJECTIVES_STAGE3, Pilot
+from paper_replication.settings import OBJECTIVES_STAGE2, OBJECTIVES_STAGE3, Diagnostic, Pilot
 from paper_replication.units import (Context, Run, Unit, finetune_units, median_scores, pretraining_units,
                                      machine_time, run_hparams, schedule, train_passes)
 
@@ -27,16 +27,29 @@ class StagePlan:
     budget: Dict[str, Union[float, bool]] = dataclasses.field(default_factory=dict)  # hours, FLOPs, substitute
 
 
+def not_run(plan: StagePlan, number: int) -> bool:
+    """Whether stage `number` (2 or later) is complete without runs: its budget did not let it run."""
+    return number > 1 and plan.complete and not plan.runs
+
+
 def rules_out_later(plan: StagePlan, number: int) -> bool:
-    """Whether stage `number`'s complete plan leaves no later stage: stage 1 without a regime, or a
-    later stage that its budget did not let run (no runs)."""
-    return plan.complete and (plan.regime is None if number == 1 else not plan.runs)
+    """Whether stage `number`'s complete plan leaves no later stage: stage 1 without a regime, or
+    stage 2 not run. Stage 3 not run leaves stage 4, which is outside the cap."""
+    return (plan.complete and plan.regime is None) if number == 1 else number == 2 and not_run(plan, number)
 
 
-def step_flops(ctx: Context, objective: str, vocab: str) -> float:
+def step_flops(ctx: Context, objective: str, vocab: str, generator_hidden: Optional[int] = None) -> float:
+    """Training FLOPs of one step; the generator is the plan's unless `generator_hidden` is given."""
     s = ctx.settings
-    return flops_per_step(objective, s.hidden, s.layers, s.embedding, s.generator_hidden, s.seq,
+    return flops_per_step(objective, s.hidden, s.layers, s.embedding, generator_hidden or s.generator_hidden, s.seq,
                           ctx.vocab_size(vocab), s.batch)
+
+
+def run_step_flops(ctx: Context, objective: str, vocab: str, hparams: Tuple[Tuple[str, object], ...]) -> float:
+    """A run's FLOPs per step, at the generator width its hparams give (stage 4) or the plan's."""
+    fraction = dict(hparams).get("generator_hidden_size")
+    width = int(round(fraction * ctx.settings.hidden)) if fraction else None
+    return step_flops(ctx, objective, vocab, width)
 
 
 def _frozen(ctx: Context, key: str, compute) -> dict:
@@ -270,12 +283,43 @@ def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
                      notes=[f"budget: {label}: " + ", ".join(f"{r.objective} {r.steps} steps" for r in runs)])
 
 
+def plan_stage4(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan:
+    """The diagnostics (settings.DIAGNOSTICS): `electra` at stage 2's schedule with one setting
+    changed, its final checkpoint fine-tuned; random init is stage 2's. Outside the cap."""
+    s, regime = ctx.settings, stage1.regime
+    hours, flops2 = stage2.budget["hours_each"], stage2.budget["flops_each"]
+    electra = next(run for run in stage2.runs if run.objective == "electra")
+    runs, units = [], []
+    for diagnostic in s.diagnostics:
+        run = diagnostic_run(ctx, diagnostic, regime, electra, hours, flops2)
+        runs.append(run)
+        units += pretraining_units(ctx, run, run_step_flops(ctx, run.objective, run.vocab, run.hparams))
+        units += finetune_units(ctx, 4, regime.vocab, s.glue_tasks, run, run.steps)
+    return StagePlan(units, complete=True, runs=runs, budget={"hours_each": hours, "flops_each": flops2}, notes=[
+        "diagnostics outside the plan and the cap, fixed in RESULTS.md before they ran: "
+        + ", ".join(f"{run.name} {run.steps} steps" for run in runs)])
+
+
+def diagnostic_run(ctx: Context, diagnostic: Diagnostic, regime: Run, electra: Run, hours: float,
+                   flops2: float) -> Run:
+    """A diagnostic's run: `electra`'s steps, or stage 2's FLOPs at its own step cost, rounded as
+    stage 2 rounds them (to a multiple of its 20 checkpoints, as many as stage 2's runs save)."""
+    steps = electra.steps
+    if diagnostic.flops_matched:
+        steps = flops2 / run_step_flops(ctx, "electra", regime.vocab, diagnostic.hparams)
+    return schedule(ctx.settings, hours, None, f"s4_{diagnostic.name}", 4, "electra", regime.vocab,
+                    diagnostic.learning_rate or regime.learning_rate, ctx.settings.stage_fractions, steps=steps,
+                    hparams=diagnostic.hparams)
+
+
 def pin_schedule(ctx: Context, run: Run) -> None:
     """Records the run's schedule the first time it is planned (`units/s<stage>/<run>/schedule.json`).
     A later plan that differs (code changed under results that exist) is an error: new steps would
     mean new unit ids, orphaning the results and their time, which the cap counts."""
     planned = {"objective": run.objective, "vocab": run.vocab, "learning_rate": run.learning_rate,
                "steps": run.steps, "probe_steps": list(run.probe_steps)}
+    if run.hparams:  # only where there are any: the records of stages 1-3 predate the field
+        planned["hparams"] = dict(run.hparams)
     key = f"s{run.stage}/{run.name}/schedule"
     recorded = _frozen(ctx, key, lambda: planned)
     if recorded != planned:
@@ -283,13 +327,15 @@ def pin_schedule(ctx: Context, run: Run) -> None:
                          "the plan must not change once it has results; restore the code that planned it")
 
 
-def plan_all(ctx: Context, last_stage: int = 3) -> List[StagePlan]:
+def plan_all(ctx: Context, last_stage: int = 4) -> List[StagePlan]:
     """The plans of stages 1..last_stage as far as the results so far allow."""
     plans = [plan_stage1(ctx)]
     if last_stage >= 2 and plans[0].complete and plans[0].regime is not None and _all_done(ctx, plans[0].units):
         plans.append(plan_stage2(ctx, plans[0]))
         if last_stage >= 3 and plans[1].complete and plans[1].runs and _all_done(ctx, plans[1].units):
             plans.append(plan_stage3(ctx, plans[0], plans[1]))
+            if last_stage >= 4 and _all_done(ctx, plans[2].units):  # run or not, stage 3 comes first
+                plans.append(plan_stage4(ctx, plans[0], plans[1]))
     for plan in plans:
         for run in plan.runs:
             pin_schedule(ctx, run)

@@ -48,6 +48,7 @@ class Run:
     steps: int
     save_every: int
     probe_steps: Tuple[int, ...]
+    hparams: Tuple[Tuple[str, object], ...] = ()  # PretrainingConfig values of its own (stage 4)
 
 
 def cpu_description(cores: int) -> str:
@@ -155,7 +156,7 @@ class Context:
 
 def schedule(settings: Settings, hours: float, tokens_per_second: Optional[float], name: str, stage: int,
              objective: str, vocab: str, learning_rate: float, fractions: Sequence[float],
-             steps: Optional[int] = None) -> Run:
+             steps: Optional[int] = None, hparams: Tuple[Tuple[str, object], ...] = ()) -> Run:
     """A run of `steps`, or of `hours` at the measured speed, with a checkpoint about every
     1/checkpoints_per_hour hours and probes at `fractions` (multiples of 1/4) of its steps."""
     per_quarter = max(1, math.ceil(hours * settings.checkpoints_per_hour / 4))
@@ -164,7 +165,7 @@ def schedule(settings: Settings, hours: float, tokens_per_second: Optional[float
     quantum = 4 * per_quarter
     steps = max(quantum, quantum * round(steps / quantum))
     return Run(name, stage, objective, vocab, learning_rate, steps, steps // quantum,
-               tuple(int(round(f * steps)) for f in fractions))
+               tuple(int(round(f * steps)) for f in fractions), hparams)
 
 
 def run_hparams(ctx: Context, run: Run) -> dict:
@@ -179,7 +180,8 @@ def run_hparams(ctx: Context, run: Run) -> dict:
             "pretrain_tfrecords": str(data / "train" / "pretrain_data.tfrecord*"),
             "eval_tfrecords": str(data / "eval" / "pretrain_data.tfrecord*"),
             "model_dir": str(ctx.output_dir / "models" / run.name), "do_eval": False,
-            "mask_with_replacement": False}  # as every run has drawn since the plan was fixed
+            "mask_with_replacement": False,  # as every run has drawn since the plan was fixed
+            **dict(run.hparams)}
 
 
 def latest_checkpoint_step(model_dir: Path) -> int:
