@@ -1,5 +1,10 @@
 """The training step: it learns, XLA matches the graph step, fp16 loss scaling, tf.distribute."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -216,6 +221,71 @@ def test_gradient_accumulation_equals_one_large_batch(k):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
     assert seen[0].shape == (16 // k, 6)  # on_output sees each micro-batch
 
+
+
+# Two logical CPUs are fixed when TensorFlow starts, so this runs in a subprocess.
+TWO_REPLICAS_ACCUMULATING = """
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import tf_keras
+from electra_tf.optimization import create_optimizer
+from electra_tf.training import make_train_step
+
+x = tf.random.stateless_normal([16, 6], [4, 5])
+y = tf.reduce_sum(x, 1, keepdims=True) * 3.0  # a gradient norm above 1: clipping is active
+
+
+def train(strategy, accumulation, scale):
+    def loss_fn(model, features, seed):
+        del seed
+        return tf.reduce_mean(tf.square(model(features["x"]) - features["y"])) * scale, None
+
+    tf_keras.utils.set_random_seed(3)
+    with strategy.scope():
+        inputs = tf_keras.Input([6])
+        model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(tf_keras.layers.Dense(8, activation="tanh")(inputs)))
+        optimizer = create_optimizer(1e-2, 100, 0.01, 2)
+        step = make_train_step(model, optimizer, loss_fn=loss_fn, gradient_accumulation_steps=accumulation)
+    n = strategy.num_replicas_in_sync
+    rows = 16 // n  # replica r trains rows r*rows ... of the global batch
+    features = strategy.experimental_distribute_values_from_function(lambda context: {
+        "x": x[context.replica_id_in_sync_group * rows:][:rows],
+        "y": y[context.replica_id_in_sync_group * rows:][:rows]})
+    run = tf.function(lambda i: strategy.run(step, args=(features, tf.stack([0, i]))))
+    for i in range(5):
+        run(tf.constant(i))
+    return [v.numpy() for v in model.trainable_variables]
+
+
+mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+accumulating = train(mirrored, 2, 1.0)
+error = max(float(np.abs(a - b).max()) for a, b in zip(accumulating, train(mirrored, 1, 1.0)))
+plain = train(tf.distribute.OneDeviceStrategy("/cpu:0"), 1, 1.0)  # one device, the global batch
+plain_error = max(float(np.abs(a - b).max()) for a, b in zip(accumulating, plain))
+moved = max(float(np.abs(a - b).max()) for a, b in zip(accumulating, train(mirrored, 1, 0.0)))
+print(f"replicas {mirrored.num_replicas_in_sync} accumulation error {error:.2e} plain error {plain_error:.2e} "
+      f"moved {moved:.3f}")
+"""
+
+
+def test_two_replicas_accumulating_equal_one_device_on_the_global_batch():
+    """MirroredStrategy over 2 logical CPUs with 2 micro-batches per replica: the weights after 5
+    steps equal those without accumulation, and those of one device training the global batch, to
+    float32 rounding. (The replicas' gradients are summed, twice the global batch's mean gradient;
+    the clip at 1.0, active at every step here, and AdamW's division by the gradient's scale make
+    the update the same.) A zero loss leaves the weights where they start: "moved" shows the steps
+    did something."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", TWO_REPLICAS_ACCUMULATING], env=env, cwd=repo,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("replicas ")]
+    words = line.split()
+    assert words[1] == "2"
+    assert float(words[4]) <= 1e-6 and float(words[7]) <= 1e-6 and float(words[9]) > 0.01, line
 
 
 def test_slots_created_up_front_mean_one_trace_and_the_same_losses():
