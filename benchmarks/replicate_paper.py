@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         print(status(ctx, args.stage))
         return 0
     if args.report:
-        for name, path in write_report(ctx).items():
+        for name, path in write_report(ctx, args.stage).items():
             print(f"{name}: {path}")
         return 0
     return execute(ctx, args.stage, write_report, args.max_units)

@@ -107,11 +107,15 @@ def test_a_diagnostic_s_flops_count_the_generator_it_trains(tmp_path, shared_dat
         generator = PretrainingConfig.from_hparams(run.name, str(tmp_path / "m"), hparams).generator_config()
         assert generator.intermediate_size == 4 * generator.hidden_size
         assert generator.num_attention_heads == max(1, generator.hidden_size // 64)
-        assert run_step_flops(ctx, "electra", "bert", run.hparams) == step_flops(ctx, "electra", "bert",
-                                                                                 generator.hidden_size)
-        widths.append(generator.hidden_size)
-    assert widths[0] == s.hidden and all(width == s.generator_hidden for width in widths[1:])
+        own_embeddings = dict(diagnostic.hparams).get("untied_generator_embeddings", False)
+        assert generator.embedding_size == (generator.hidden_size if own_embeddings else s.embedding)
+        assert run_step_flops(ctx, "electra", "bert", run.hparams) == step_flops(
+            ctx, "electra", "bert", generator.hidden_size, untied_embeddings=own_embeddings)
+        widths.append((generator.hidden_size, own_embeddings))
+    assert widths == [(s.hidden, False), (s.generator_hidden, True), (s.generator_hidden, False)][:len(widths)]
     assert run_step_flops(ctx, "electra", "bert", s.diagnostics[0].hparams) > step_flops(ctx, "electra", "bert")
+    if len(s.diagnostics) > 1:  # its own narrow table, without the projection: fewer FLOPs than the tied one's
+        assert run_step_flops(ctx, "electra", "bert", s.diagnostics[1].hparams) < step_flops(ctx, "electra", "bert")
 
 
 def test_a_budget_is_computed_once(tmp_path):
@@ -226,19 +230,21 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage: [StagePlan(units, complete=True)])
     monkeypatch.setattr(runner.Worker, "run", fake_worker)
     reports = []
-    assert runner.execute(ctx, 1, reports.append, max_units=1) == 0  # the vocab, then the run does not fit
+    report = lambda ctx, last_stage: reports.append(last_stage)  # noqa: E731
+    assert runner.execute(ctx, 1, report, max_units=1) == 0  # the vocab, then the run does not fit
     assert batches == [["s1/data/vocab"]] and "stopped after 1 units (--max-units 1; the next would exceed it)" \
         in capsys.readouterr().out
-    assert runner.execute(ctx, 1, reports.append, max_units=2) == 2
+    assert runner.execute(ctx, 1, report, max_units=2) == 2
     assert batches == [["s1/data/vocab"]]  # nothing ran
     assert "error: --max-units 2 is fewer than the 3 pending segments of pretraining run pilot_a, which one worker " \
            "trains to its end (each segment counts as a unit, and a run is never split): give --max-units 3 or more" \
            in capsys.readouterr().err
-    assert runner.execute(ctx, 1, reports.append, max_units=4) == 0
+    assert runner.execute(ctx, 1, report, max_units=4) == 0
     assert batches[1:] == [[u.id for u in units[1:5]]]  # the run's 3 segments and an evaluation: 4 units
     assert "stopped after 4 units" in capsys.readouterr().out
-    assert runner.execute(ctx, 1, reports.append) == 0 and batches[2:] == [["s1/pilot_a/eval/20"]]
+    assert runner.execute(ctx, 1, report) == 0 and batches[2:] == [["s1/pilot_a/eval/20"]]
     assert ctx.pending(units) == []
+    assert reports and set(reports) == {1}  # each report covers the stages run: 1..--stage
     assert replicate_paper.main(["--output-dir", str(tmp_path / "out"), "--max-units", "0"]) == 2
     assert "error: --max-units 0 must be at least 1" in capsys.readouterr().err
 
@@ -326,7 +332,7 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
     monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())  # not this process's group
     monkeypatch.setattr(runner, "plan_all", lambda ctx, last: [StagePlan([], complete=True)])
-    assert runner.execute(ctx, 1, lambda ctx: None) == 0
+    assert runner.execute(ctx, 1, lambda ctx, last_stage: None) == 0
     assert [json.loads((root / "units" / "clock.json").read_text()) for root in (out, results)] == [{"clock": "wall"}] * 2
     again = Context(QUICK, out, results, tmp_path, tmp_path)
     assert runner.settle_clock(again, None) is None and again.clock == "wall"

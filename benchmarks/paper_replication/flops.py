@@ -80,13 +80,14 @@ class Transformer:
 
 
 def flops_per_step(objective: str, hidden: int, layers: int, embedding: int, generator_hidden: int,
-                   seq: int, vocab: int, batch: int) -> float:
-    """Training FLOPs of one step of `objective` (generator embeddings tied, as ELECTRA's)."""
-    def model(h: int, head: str, output_frac: float = PAPER_OUTPUT_FRAC) -> float:
-        return Transformer(h, layers, seq, vocab, e=embedding, output_frac=output_frac).train_flops_per_example(
+                   seq: int, vocab: int, batch: int, untied_embeddings: bool = False) -> float:
+    """Training FLOPs of one step of `objective`: the generator's embeddings tied, as ELECTRA's, or
+    with `untied_embeddings` its own at its width (no projection)."""
+    def model(h: int, head: str, output_frac: float = PAPER_OUTPUT_FRAC, e: Optional[int] = embedding) -> float:
+        return Transformer(h, layers, seq, vocab, e=e, output_frac=output_frac).train_flops_per_example(
             discriminator=head == "binary")
 
-    generator = model(generator_hidden, "mlm")
+    generator = model(generator_hidden, "mlm", e=None if untied_embeddings else embedding)
     copy_gate = 2 * Transformer(hidden, layers, seq, vocab, e=embedding).binary_output()  # forward + backward
     per_example = {
         "electra": model(hidden, "binary") + generator,

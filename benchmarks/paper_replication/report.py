@@ -114,15 +114,15 @@ def readings(stage: dict, stage2: dict, transfer_margin: float) -> List[str]:
         last = run["checkpoints"][-1]
         metrics = last["eval"] or {}
         if "disc_loss_constant_predictor" in metrics:
-            below = metrics["disc_loss_constant_predictor"] - metrics["disc_loss"]
+            below = round(metrics["disc_loss_constant_predictor"] - metrics["disc_loss"], 6)  # as printed, no float tie
             learns = (f"{'learns' if below >= LEARNS_MARGIN else 'does not learn'} (held-out loss "
-                      f"{below:.4f} nats below the constant predictor's; the rule: {LEARNS_MARGIN:g})")
+                      f"{below:.4f} nats below the constant predictor's; the rule: at least {LEARNS_MARGIN:g})")
         else:
             learns = "learning not measured yet"
         if last["average"] is not None and random is not None:
-            gain = last["average"] - random
+            gain = round(last["average"] - random, 6)
             transfer = (f"{'transfers' if gain >= transfer_margin else 'does not transfer'} (GLUE average "
-                        f"{gain:+.2f} over random init's; the rule: {transfer_margin:g})")
+                        f"{gain:+.2f} over random init's; the rule: at least {transfer_margin:+.1f})")
         else:
             transfer = "transfer not measured yet"
         lines.append(f"{model_name(run)}, step {last['step']}: {learns}; {transfer}")
@@ -299,9 +299,9 @@ def _save(plt, figure, axes, path: Path, empty: Optional[str] = None) -> Path:
     return path
 
 
-def write_report(ctx: Context) -> Dict[str, Path]:
-    """Regenerates results.json, table.md and the PNGs in the results dir."""
-    results = build_results(ctx, plan_all(ctx))
+def write_report(ctx: Context, last_stage: int = 4) -> Dict[str, Path]:
+    """Regenerates results.json, table.md and the PNGs in the results dir, over stages 1..last_stage."""
+    results = build_results(ctx, plan_all(ctx, last_stage))
     ctx.results_dir.mkdir(parents=True, exist_ok=True)
     write_json(ctx.results_dir / "results.json", results)
     write_table(results, ctx.results_dir / "table.md")

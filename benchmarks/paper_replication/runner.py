@@ -252,7 +252,8 @@ class Worker:
 def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[int] = None) -> int:
     """Runs stages 1..last_stage to the end (or to the stop rule, or after at most `max_units` units,
     a pretraining segment being one; 2 with an error when `max_units` is below the number of the
-    next pretraining run's pending segments, which cannot be split); `on_stage_done(ctx)` writes the report."""
+    next pretraining run's pending segments, which cannot be split); `on_stage_done(ctx, last_stage)`
+    writes the report."""
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(ctx.output_dir), Worker(ctx) as worker:
         for path in _clock_files(ctx):  # the replication's clock (settle_clock), from its first run on
@@ -270,7 +271,7 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                     print(Stage(ctx, plans, number).line(f"{skipped} units finished earlier (skipped)"), flush=True)
             current = next((n for n, pending in enumerate(by_stage, 1) if pending), None)
             if current is None:
-                on_stage_done(ctx)
+                on_stage_done(ctx, last_stage)
                 for plan_number, plan in enumerate(plans, 1):
                     for note in plan.notes:
                         print(f"[stage {plan_number}] {note}", flush=True)
@@ -280,7 +281,7 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
             stage = Stage(ctx, plans, current)
             if current > 1 and current not in reported:
                 reported.add(current)
-                on_stage_done(ctx)  # the previous stage's results
+                on_stage_done(ctx, last_stage)  # the previous stage's results
             pending = by_stage[current - 1]
             batch = _batch(pending, None if max_units is None else max_units - ran)
             if not batch and ran == 0:  # the next unit is a pretraining run with more segments than that
@@ -295,7 +296,7 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                 again = f"--max-units {segments} or more" if segments > max_units else "the same command"
                 print(f"stopped after {ran} units (--max-units {max_units}; the next would exceed it); "
                       f"rerun with {again} to continue", flush=True)
-                on_stage_done(ctx)
+                on_stage_done(ctx, last_stage)
                 return 0
             worker.run(stage, batch)
             ran += len(batch)
@@ -348,7 +349,7 @@ def _training(plan: StagePlan, pending: List[Unit]) -> List[str]:
 
 def _not_planned(plans: List[StagePlan]) -> str:
     """Why a stage after the planned ones has no plan: its predecessor's results are not in yet, or
-    they rule it out (no regime, or a stage that its budget did not let run)."""
+    they rule it out (stage 1 without a regime, or stage 2 that its budget did not let run)."""
     if rules_out_later(plans[-1], len(plans)):
         return f"not run (stage {len(plans)}'s note says why)"
     return f"not planned yet (waits for stage {len(plans)}'s results)"

@@ -38,18 +38,20 @@ def rules_out_later(plan: StagePlan, number: int) -> bool:
     return (plan.complete and plan.regime is None) if number == 1 else number == 2 and not_run(plan, number)
 
 
-def step_flops(ctx: Context, objective: str, vocab: str, generator_hidden: Optional[int] = None) -> float:
-    """Training FLOPs of one step; the generator is the plan's unless `generator_hidden` is given."""
+def step_flops(ctx: Context, objective: str, vocab: str, generator_hidden: Optional[int] = None,
+               untied_embeddings: bool = False) -> float:
+    """Training FLOPs of one step; the generator is the plan's unless its width or own embeddings are given."""
     s = ctx.settings
     return flops_per_step(objective, s.hidden, s.layers, s.embedding, generator_hidden or s.generator_hidden, s.seq,
-                          ctx.vocab_size(vocab), s.batch)
+                          ctx.vocab_size(vocab), s.batch, untied_embeddings)
 
 
 def run_step_flops(ctx: Context, objective: str, vocab: str, hparams: Tuple[Tuple[str, object], ...]) -> float:
-    """A run's FLOPs per step, at the generator width its hparams give (stage 4) or the plan's."""
-    fraction = dict(hparams).get("generator_hidden_size")
+    """A run's FLOPs per step, with the generator its hparams give (stage 4) or the plan's."""
+    own = dict(hparams)
+    fraction = own.get("generator_hidden_size")
     width = int(round(fraction * ctx.settings.hidden)) if fraction else None
-    return step_flops(ctx, objective, vocab, width)
+    return step_flops(ctx, objective, vocab, width, bool(own.get("untied_generator_embeddings")))
 
 
 def _frozen(ctx: Context, key: str, compute) -> dict:
