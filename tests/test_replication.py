@@ -5,6 +5,7 @@ records: test_replication_worker.py; the status lines, the extrapolation and the
 synthetic results: test_replication_report.py."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -217,7 +218,7 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     long_run = _segments("long", runner.BATCH_UNITS + 5, tmp_path)
     assert runner._batch(long_run + units[:1]) == long_run  # whole, though longer than a batch
 
-    ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
+    ctx = Context(dataclasses.replace(QUICK, workers=1), tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
     batches = []
 
     def fake_worker(worker, stage, batch):
@@ -263,6 +264,27 @@ for line in iter(sys.stdin.readline, ""):
         print("@@end", unit["id"], "1.0", flush=True)
     print("@@idle", flush=True)
 """
+
+
+def test_lanes_share_out_the_ready_units_and_keep_a_run_whole(tmp_path):
+    """With two workers (--quick), the units that can run now (pretraining runs whose data is built,
+    evaluations and trials of trained runs) are dealt over two lanes by estimated time, a run's
+    segments together; a unit whose run is pending waits for a later round, a data or throughput
+    unit stops the scan (it runs alone), and --max-units caps the total."""
+    runs = _segments("a", 2, tmp_path) + _segments("b", 3, tmp_path)
+    needs_a = (runs[1].id,)
+    trials = [Unit(f"s1/a/ft/20/sst/seed{k}", "finetune", {}, needs=needs_a) for k in (1, 2)]
+    random = [Unit(f"s1/random/ft/sst/seed{k}", "finetune", {}) for k in (1, 2, 3)]
+    seconds = {"pretrain": 10.0, "finetune": 3.0}
+    lanes = runner._lanes(runs + trials + random, 2, lambda unit: seconds[unit.kind])
+    assert lanes == [runs[2:], runs[:2] + random]  # run b (30 s); run a (20 s), then the trials (9 s)
+    assert not any(t in lane for t in trials for lane in lanes)  # their run is not trained yet
+    assert runner._lanes(random, 2, lambda unit: 1.0) == [[random[0], random[2]], [random[1]]]
+    stop = [Unit("s2/throughput/electra_learned", "throughput", {})]
+    assert runner._lanes(random[:1] + stop + random[1:], 2, lambda unit: 1.0) == []  # one ready unit, then a stop
+    assert runner._lanes(runs + random, 2, lambda unit: 1.0, budget=5) == [runs[2:], runs[:2]]  # 5 units in all
+    assert runner._lanes(runs + random, 2, lambda unit: 1.0, budget=4) == []  # run b does not fit: a runs alone
+    assert runner._lanes(random, 1, lambda unit: 1.0) == []  # one worker: the plain batches
 
 
 def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path, monkeypatch, capsys):

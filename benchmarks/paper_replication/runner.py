@@ -5,6 +5,7 @@ with exit code 1 when a worker fails (its log's last lines are printed; rerunnin
 `--status` plans without running anything (no TensorFlow import).
 """
 
+import contextlib
 import os
 import random
 import re
@@ -24,6 +25,10 @@ from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoi
 from paper_replication.worker import IDLE
 
 BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
+# With Settings.workers > 1 (--quick), the pending units of these kinds whose needs are done run
+# at once on that many workers: each needs only finished units' artifacts, never another's here
+# (a pretraining run goes whole to one worker). Data builds and throughput runs stay alone.
+LANE_KINDS = ("pretrain", "eval", "finetune", "export")
 MARKER = re.compile(r"@@(start|end) (\S+) (\d+\.\d)")  # worker._mark's line
 CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
 
@@ -133,6 +138,53 @@ def _batch(pending: List[Unit], budget: Optional[int] = None) -> List[Unit]:
     return batch
 
 
+def _lanes(pending: List[Unit], workers: int, seconds, budget: Optional[int] = None) -> List[List[Unit]]:
+    """The pending units that can run now (LANE_KINDS, needs done), up to the first that cannot
+    share the machine, at most BATCH_UNITS per worker and `budget` in all, dealt over `workers`
+    lanes by their estimated `seconds(unit)`, the longest first, each to the least loaded lane.
+    No lanes when fewer than two groups (a pretraining run, or one other unit) are ready."""
+    waiting, groups, count, index = {u.id for u in pending}, [], 0, 0
+    limit = BATCH_UNITS * workers if budget is None else min(budget, BATCH_UNITS * workers)
+    while index < len(pending) and pending[index].kind in LANE_KINDS:
+        length = _run_length(pending, index)
+        group = pending[index:index + length]
+        index += length
+        if any(waiting.intersection(unit.needs) for unit in group):
+            continue  # its run is not trained yet: a later round
+        if count + length > limit:
+            break
+        groups.append(group)
+        count += length
+    if workers < 2 or len(groups) < 2:
+        return []
+    lanes, loads = [[] for _ in range(workers)], [0.0] * workers
+    for group in sorted(groups, key=lambda g: -sum(map(seconds, g))):
+        lane = loads.index(min(loads))
+        lanes[lane] += group
+        loads[lane] += sum(map(seconds, group))
+    return lanes
+
+
+def _run_lanes(workers: List["Worker"], stage: "Stage", lanes: List[List[Unit]]) -> None:
+    """Runs each lane on its own worker, at once; the first failure is raised once all have ended."""
+    failures: List[BaseException] = []
+
+    def lane_run(worker: "Worker", units: List[Unit]) -> None:
+        try:
+            worker.run(stage, units)
+        except BaseException as failure:  # SystemExit from a failed unit, raised again below
+            failures.append(failure)
+
+    threads = [threading.Thread(target=lane_run, args=(worker, units), daemon=True)
+               for worker, units in zip(workers, lanes) if units]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
 def pending_by_stage(ctx: Context, plans: List[StagePlan]) -> List[List[Unit]]:
     """Each stage's pending units, judged over all stages: a later stage's unit can need an earlier
     one's artifact (stage 2's runs need stage 1's data, which a new machine has lost)."""
@@ -162,8 +214,8 @@ class Worker:
     and the units' modules load once per BATCH_UNITS units rather than once per plan: at --quick's
     size, where a plan is a handful of seconds of work, that load was a third of the run."""
 
-    def __init__(self, ctx: Context):
-        self.ctx, self.process, self.units = ctx, None, 0
+    def __init__(self, ctx: Context, lane: int = 0):
+        self.ctx, self.process, self.units, self.lane = ctx, None, 0, lane
         self.busy = False  # a spec sent, its IDLE not yet read
 
     def _start(self) -> subprocess.Popen:
@@ -175,10 +227,11 @@ class Worker:
 
     def run(self, stage: Stage, units: List[Unit]) -> None:
         """Runs `units`, relaying the worker's markers as progress lines and the rest to the stage's log."""
-        spec = self.ctx.output_dir / "specs" / f"stage{stage.number}.json"
+        lane = f"-lane{self.lane}" if self.lane else ""
+        spec = self.ctx.output_dir / "specs" / f"stage{stage.number}{lane}.json"
         write_json(spec, {"output_dir": str(self.ctx.output_dir), "results_dir": str(self.ctx.results_dir),
-                          "clock": self.ctx.clock, "units": [{"id": u.id, "kind": u.kind, "params": u.params}
-                                                             for u in units]})
+                          "clock": self.ctx.clock, "quick": self.ctx.settings.quick,
+                          "units": [{"id": u.id, "kind": u.kind, "params": u.params} for u in units]})
         self._ready(len(units))
         log = self.ctx.output_dir / "logs" / f"stage{stage.number}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -225,6 +278,14 @@ class Worker:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def let_go(self) -> None:
+        """Closes an idle worker's input, so that it starts ending before `close` waits for it."""
+        if self.process is not None and not self.busy and self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+
     def close(self) -> None:
         """Lets an idle worker end (its input closed). One still busy (the run is unwinding mid-unit)
         gets SIGTERM, as a session's stop sends it: a pretraining worker saves a checkpoint first;
@@ -255,7 +316,12 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
     next pretraining run's pending segments, which cannot be split); `on_stage_done(ctx, last_stage)`
     writes the report."""
     ctx.output_dir.mkdir(parents=True, exist_ok=True)
-    with RunLock(ctx.output_dir), Worker(ctx) as worker:
+    with RunLock(ctx.output_dir), contextlib.ExitStack() as workers:
+        lane_workers = [workers.enter_context(Worker(ctx, lane)) for lane in range(ctx.settings.workers)]
+        workers.callback(lambda: [lane_worker.let_go() for lane_worker in lane_workers])  # they end together
+        worker = lane_workers[0]
+        for lane_worker in lane_workers[1:]:  # loading TensorFlow now, while the first units run alone
+            lane_worker._ready(0)
         for path in _clock_files(ctx):  # the replication's clock (settle_clock), from its first run on
             if not path.exists():
                 write_json(path, {"clock": ctx.clock})
@@ -283,7 +349,15 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                 reported.add(current)
                 on_stage_done(ctx, last_stage)  # the previous stage's results
             pending = by_stage[current - 1]
-            batch = _batch(pending, None if max_units is None else max_units - ran)
+            budget = None if max_units is None else max_units - ran
+            lanes = _lanes(pending, ctx.settings.workers, Estimator(ctx, stage.all_units).seconds, budget)
+            if lanes:
+                _run_lanes(lane_workers, stage, lanes)
+                ran += sum(map(len, lanes))
+                continue
+            batch = _batch(pending, budget)
+            if ctx.settings.workers > 1:  # alone: the unit that cannot share the machine, or the one ready unit
+                batch = batch[:_run_length(pending, 0)]
             if not batch and ran == 0:  # the next unit is a pretraining run with more segments than that
                 segments = _run_length(pending, 0)
                 print(f"error: --max-units {max_units} is fewer than the {segments} pending segments of pretraining "

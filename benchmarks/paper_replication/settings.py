@@ -133,6 +133,7 @@ class Settings:
     throughput_steps: int
     checkpoints_per_hour: int  # pretraining checkpoints (what a kill can lose)
     diagnostics: Tuple[Diagnostic, ...] = ()  # stage 4
+    workers: int = 1  # processes running evaluations / fine-tuning at once (the real run: one, on both cores)
     fixed_steps: Optional[int] = None  # quick: every run takes this many steps
     eval_batches: int = 10 ** 6  # held-out batches per checkpoint evaluation (the real run: all of them)
     quick: bool = False
@@ -159,7 +160,9 @@ REAL = Settings(
 # 32 rows per GLUE file, 4 held-out batches per evaluation, one pilot whose regime is taken
 # whatever its probes say (the pipeline, not the numbers, is tested), one GLUE task in stages 2-3
 # (STS-B: the regression path; the stage-1 probes cover classification), two seeds, and stage 4's
-# first diagnostic (the one whose step costs differ).
+# first diagnostic (the one whose step costs differ). Its units are mostly one core's tracing, so
+# two workers share the evaluations and fine-tuning trials, and the workers skip TensorFlow's graph
+# optimizer (grappler), which costs more than it saves on 12-step runs (the same ops, unfused).
 QUICK = Settings(
     corpus_files=2, held_out_files=1, learned_vocab_size=1000, vocab_max_lines=1000,
     hidden=128, layers=2, embedding=64, generator_hidden=64, model_size="tiny",
@@ -169,4 +172,4 @@ QUICK = Settings(
     pilots=(Pilot("a", "learned", 1e-3, 0.0),), pilot_c_hours=0.0,
     pilot_fractions=(1.0,), stage_fractions=(0.5, 1.0), transfer_margin=1.0,
     stage2_max_hours=0.0, cap_hours=0.0, min_stage3_hours=0.0, throughput_steps=4,
-    checkpoints_per_hour=6, diagnostics=DIAGNOSTICS[:1], fixed_steps=12, eval_batches=4, quick=True)
+    checkpoints_per_hour=6, diagnostics=DIAGNOSTICS[:1], workers=2, fixed_steps=12, eval_batches=4, quick=True)

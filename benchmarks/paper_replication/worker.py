@@ -3,8 +3,8 @@
     echo SPEC.json | python -m paper_replication.worker
 
 Each line of input names a SPEC, run in turn; `@@idle` follows each. SPEC: {"output_dir",
-"results_dir", "clock" (machine or wall; machine if absent), "units": [{"id", "kind", "params"},
-...]}. Each unit prints `@@start <id>` and `@@end <id> <seconds>` for the
+"results_dir", "clock" (machine or wall; machine if absent), "quick" (grappler off), "units":
+[{"id", "kind", "params"}, ...]}. Each unit prints `@@start <id>` and `@@end <id> <seconds>` for the
 runner, which relays them as progress lines; everything else goes to the stage's log. A
 pretraining run completes all its listed segments in one go: a watcher thread copies each probe
 checkpoint aside as soon as TensorFlow has written it (before `keep_checkpoint_max` would delete
@@ -341,13 +341,16 @@ HANDLERS = {"vocab": do_vocab, "build": do_build, "throughput": do_throughput, "
 UNIT_MODULES = ("electra_tf.checkpoints.hf", "electra_tf.checkpoints.model_dir", "electra_tf.config",
                 "electra_tf.training.pretraining_runner", "finetune.config", "finetune.runner",
                 "pretrain_data.build", "pretrain_data.input_pipeline", "pretrain_data.vocab_learning",
-                "safetensors.numpy", "tf_keras")
+                "safetensors.numpy", "tensorflow", "tf_keras")
 
 
 def run_spec(spec: dict) -> None:
     """Runs the spec's units in order (a pretraining run's consecutive segments together)."""
     global WALL_CLOCK
     WALL_CLOCK = spec.get("clock") == "wall"
+    if spec.get("quick"):  # tiny units: grappler's time per function is more than it saves
+        import tensorflow as tf
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     output_dir = Path(spec["output_dir"])
     store = Store(output_dir, spec["results_dir"])
     units = spec["units"]
