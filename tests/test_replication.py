@@ -287,6 +287,39 @@ def test_lanes_share_out_the_ready_units_and_keep_a_run_whole(tmp_path):
     assert runner._lanes(random, 1, lambda unit: 1.0) == []  # one worker: the plain batches
 
 
+def test_a_failed_lane_stops_the_other_and_is_raised():
+    """Two lanes at once: when one lane's unit fails, the other worker, still busy, gets SIGTERM
+    (a pretraining worker saves a checkpoint first) rather than running its list to the end, and
+    the failure is what the runner raises."""
+    import threading
+
+    class Process:
+        def __init__(self):
+            self.ended = threading.Event()
+
+        def poll(self):
+            return 0 if self.ended.is_set() else None
+
+        def terminate(self):
+            self.ended.set()
+
+    class FakeWorker:
+        def __init__(self, fails: bool):
+            self.fails, self.busy, self.process = fails, False, Process()
+
+        def run(self, stage, units):
+            self.busy = True
+            if self.fails:
+                raise SystemExit("error: a unit of stage 1 failed (exit 3)")
+            assert self.process.ended.wait(30), "never stopped"
+            raise SystemExit("error: a unit of stage 1 failed (exit -15)")  # what Worker.run says of a stopped worker
+
+    failing, busy = FakeWorker(True), FakeWorker(False)
+    with pytest.raises(SystemExit) as failed:
+        runner._run_lanes([failing, busy], None, [[Unit("s1/a/eval/1", "eval", {})], [Unit("s1/b/eval/1", "eval", {})]])
+    assert str(failed.value) == "error: a unit of stage 1 failed (exit 3)" and busy.process.ended.is_set()
+
+
 def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path, monkeypatch, capsys):
     """The runner keeps its worker process over batches (TensorFlow loads once), starts a fresh one
     when a batch would take it past BATCH_UNITS units or it ended while idle, lets an idle one end
@@ -349,7 +382,7 @@ def test_a_replication_keeps_the_clock_of_its_first_run(tmp_path, monkeypatch, c
     assert "budgets count wall seconds" in capsys.readouterr().out
     assert not (results / "units" / "clock.json").exists()  # --status records nothing
 
-    ctx = Context(QUICK, out, results, tmp_path, tmp_path)
+    ctx = Context(dataclasses.replace(QUICK, workers=1), out, results, tmp_path, tmp_path)  # no second worker
     assert runner.settle_clock(ctx, "wall") is None and ctx.clock == "wall"
     monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
     monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())  # not this process's group

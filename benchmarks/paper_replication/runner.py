@@ -29,6 +29,7 @@ BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps
 # at once on that many workers: each needs only finished units' artifacts, never another's here
 # (a pretraining run goes whole to one worker). Data builds and throughput runs stay alone.
 LANE_KINDS = ("pretrain", "eval", "finetune", "export")
+PRINTING = threading.Lock()
 MARKER = re.compile(r"@@(start|end) (\S+) (\d+\.\d)")  # worker._mark's line
 CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
 
@@ -140,9 +141,10 @@ def _batch(pending: List[Unit], budget: Optional[int] = None) -> List[Unit]:
 
 def _lanes(pending: List[Unit], workers: int, seconds, budget: Optional[int] = None) -> List[List[Unit]]:
     """The pending units that can run now (LANE_KINDS, needs done), up to the first that cannot
-    share the machine, at most BATCH_UNITS per worker and `budget` in all, dealt over `workers`
-    lanes by their estimated `seconds(unit)`, the longest first, each to the least loaded lane.
-    No lanes when fewer than two groups (a pretraining run, or one other unit) are ready."""
+    share the machine, at most BATCH_UNITS x workers and `budget` in all, dealt over `workers`
+    lanes by their estimated `seconds(unit)`, the longest first, each to the least loaded lane
+    (the one with fewer units on a tie). No lanes when fewer than two groups (a pretraining run,
+    or one other unit) are ready."""
     waiting, groups, count, index = {u.id for u in pending}, [], 0, 0
     limit = BATCH_UNITS * workers if budget is None else min(budget, BATCH_UNITS * workers)
     while index < len(pending) and pending[index].kind in LANE_KINDS:
@@ -159,14 +161,16 @@ def _lanes(pending: List[Unit], workers: int, seconds, budget: Optional[int] = N
         return []
     lanes, loads = [[] for _ in range(workers)], [0.0] * workers
     for group in sorted(groups, key=lambda g: -sum(map(seconds, g))):
-        lane = loads.index(min(loads))
+        lane = min(range(workers), key=lambda k: (loads[k], len(lanes[k])))
         lanes[lane] += group
         loads[lane] += sum(map(seconds, group))
     return lanes
 
 
 def _run_lanes(workers: List["Worker"], stage: "Stage", lanes: List[List[Unit]]) -> None:
-    """Runs each lane on its own worker, at once; the first failure is raised once all have ended."""
+    """Runs each lane on its own worker, at once. A failed lane, or a stop (SIGTERM) meanwhile,
+    stops the other workers too (SIGTERM: a pretraining worker saves a checkpoint first) and waits
+    for their threads; then the first failure is raised."""
     failures: List[BaseException] = []
 
     def lane_run(worker: "Worker", units: List[Unit]) -> None:
@@ -175,12 +179,26 @@ def _run_lanes(workers: List["Worker"], stage: "Stage", lanes: List[List[Unit]])
         except BaseException as failure:  # SystemExit from a failed unit, raised again below
             failures.append(failure)
 
+    def stop_all() -> None:
+        for worker in workers:
+            if worker.busy and worker.process is not None and worker.process.poll() is None:
+                worker.process.terminate()
+
     threads = [threading.Thread(target=lane_run, args=(worker, units), daemon=True)
                for worker, units in zip(workers, lanes) if units]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(0.2)
+            if failures:
+                stop_all()
+    except BaseException:
+        stop_all()
+        for thread in threads:
+            thread.join(60)
+        raise
     if failures:
         raise failures[0]
 
@@ -233,7 +251,7 @@ class Worker:
                           "clock": self.ctx.clock, "quick": self.ctx.settings.quick,
                           "units": [{"id": u.id, "kind": u.kind, "params": u.params} for u in units]})
         self._ready(len(units))
-        log = self.ctx.output_dir / "logs" / f"stage{stage.number}.log"
+        log = self.ctx.output_dir / "logs" / f"stage{stage.number}{lane}.log"  # a failure's tail is its own
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as out:
             self.busy = True  # before the spec goes: a stop from here on finds the worker at work
@@ -252,7 +270,9 @@ class Worker:
                 if marker:
                     event, unit_id, seconds = marker.groups()
                     text = f"start {unit_id}" if event == "start" else f"done {unit_id} in {duration(float(seconds))}"
-                    print(stage.line(text), flush=True)
+                    line = stage.line(text)
+                    with PRINTING:  # lanes: one line at a time
+                        print(line, flush=True)
         code, self.process, self.busy = self.process.wait(), None, False
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
         print("\n".join(tail), file=sys.stderr)

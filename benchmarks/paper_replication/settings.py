@@ -133,7 +133,7 @@ class Settings:
     throughput_steps: int
     checkpoints_per_hour: int  # pretraining checkpoints (what a kill can lose)
     diagnostics: Tuple[Diagnostic, ...] = ()  # stage 4
-    workers: int = 1  # processes running evaluations / fine-tuning at once (the real run: one, on both cores)
+    workers: int = 1  # processes running ready units at once (runner.LANE_KINDS; the real run: one, on both cores)
     fixed_steps: Optional[int] = None  # quick: every run takes this many steps
     eval_batches: int = 10 ** 6  # held-out batches per checkpoint evaluation (the real run: all of them)
     quick: bool = False
@@ -161,8 +161,9 @@ REAL = Settings(
 # whatever its probes say (the pipeline, not the numbers, is tested), one GLUE task in stages 2-3
 # (STS-B: the regression path; the stage-1 probes cover classification), two seeds, and stage 4's
 # first diagnostic (the one whose step costs differ). Its units are mostly one core's tracing, so
-# two workers share the evaluations and fine-tuning trials, and the workers skip TensorFlow's graph
-# optimizer (grappler), which costs more than it saves on 12-step runs (the same ops, unfused).
+# two workers share the units that are ready (pretraining runs, evaluations, trials, exports), and
+# the workers skip TensorFlow's graph optimizer (grappler), which costs more than it saves on units
+# this small (the same ops, unfused; the real run keeps it).
 QUICK = Settings(
     corpus_files=2, held_out_files=1, learned_vocab_size=1000, vocab_max_lines=1000,
     hidden=128, layers=2, embedding=64, generator_hidden=64, model_size="tiny",

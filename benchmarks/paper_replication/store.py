@@ -93,7 +93,11 @@ class Store:
         recorded_by = (self.read(unit_id) or {}).get("worker")
         found = {}
         for directory in self._unrecorded_dirs(unit_id):
-            for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+            try:
+                paths = sorted(directory.glob("*.json")) if directory.is_dir() else []
+            except FileNotFoundError:  # its worker recorded the unit and cleared it just now (--quick's lanes)
+                paths = []
+            for path in paths:
                 record = read_json(path)
                 if record is not None and path.stem != recorded_by:
                     found.setdefault(path.name, record)
