@@ -116,7 +116,8 @@ def readings(stage: dict, stage2: dict, transfer_margin: float) -> List[str]:
         if "disc_loss_constant_predictor" in metrics:
             below = round(metrics["disc_loss_constant_predictor"] - metrics["disc_loss"], 6)  # as printed, no float tie
             learns = (f"{'learns' if below >= LEARNS_MARGIN else 'does not learn'} (held-out loss "
-                      f"{below:.4f} nats below the constant predictor's; the rule: at least {LEARNS_MARGIN:g})")
+                      f"{abs(below):.4f} nats {'below' if below >= 0 else 'above'} the constant predictor's; "
+                      f"the rule: at least {LEARNS_MARGIN:g} below)")
         else:
             learns = "learning not measured yet"
         if last["average"] is not None and random is not None:
