@@ -99,8 +99,9 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert "paper Table 5 (base) orders 1 of these pairs" in table and "orders 9 of these pairs" in table
     assert "- HF export (electra): its discriminator in float16, " in table and "committed in `hf/electra`" in table
     from paper_replication.worker import CPU
-    assert table.count(f"- machine time by CPU: {CPU} ") == 4  # each stage, all on this machine
+    assert table.count(f"- machine time by CPU: {CPU} ") == 5  # each stage and the total, all on this machine
     assert "- electra (full_generator), step " in table and "| electra (full_generator) | " in table
+    assert "## Total time\n\n- machine time " in table
     for png in ("glue_vs_flops.png", "pretraining_curves.png"):
         assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
     exported = out / "results" / "hf" / "electra"
@@ -337,3 +338,11 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     assert "- electra, step 4520: learning not measured yet; does not transfer (GLUE average +0.00" in table
     status = runner.status(ctx)
     assert "stage 3: not run" in status and "stage 4: 69 done, 0 remaining" in status
+    # the total: stages 1-3 are what the cap counts, stage 4 is outside it
+    report = json.loads((results / "results.json").read_text())
+    total, by_stage = report["total"], [sum(st["machine_seconds_by_cpu"].values()) for st in report["stages"]]
+    assert total["machine_seconds_within_cap"] == pytest.approx(sum(by_stage[:3]))
+    assert total["machine_seconds_outside_cap"] == pytest.approx(by_stage[3]) and by_stage[3] > 0
+    assert total["machine_seconds"] == pytest.approx(sum(by_stage))
+    assert (f"- machine time {total['machine_seconds'] / 3600:.2f} h (CPU time over the cores): stages 1-3, what the "
+            f"30 h cap counts, {sum(by_stage[:3]) / 3600:.2f} h; stage 4, outside it, {by_stage[3] / 3600:.2f} h") in table

@@ -82,7 +82,17 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
             stage["ordering"] = ordering([(row["model"], row) for row in stage["final"]], stage["tasks"])
     if len(stages) > 3:
         stages[3]["readings"] = readings(stages[3], stages[1], s.transfer_margin)
-    return {"quick": s.quick, "settings": dataclasses.asdict(s), "stages": stages}
+    return {"quick": s.quick, "settings": dataclasses.asdict(s), "stages": stages, "total": totals(ctx, plans)}
+
+
+def totals(ctx: Context, plans: List[StagePlan]) -> dict:
+    """The whole replication's time: machine seconds (all, within the plan's cap: stages 1-3, and
+    outside it: stage 4), by CPU, and the units' wall seconds summed (pauses included)."""
+    within = [u for plan in plans[:3] for u in plan.units]
+    outside = [u for plan in plans[3:] for u in plan.units]
+    return {"machine_seconds": ctx.spent(within + outside), "wall_seconds": ctx.spent(within + outside, machine=False),
+            "machine_seconds_within_cap": ctx.spent(within), "machine_seconds_outside_cap": ctx.spent(outside),
+            "cap_hours": ctx.settings.cap_hours, "machine_seconds_by_cpu": ctx.spent_by_cpu(within + outside)}
 
 
 def model_name(run: dict) -> str:
@@ -232,6 +242,13 @@ def write_table(results: dict, path: Path) -> None:
                                                     _num(metrics.get("masked_lm_accuracy_at_mask"))]) + " |")
         lines += [""] * (lines[-1] != "") + [f"- {note}" for note in stage["notes"]]
         lines += [_time_by_cpu(stage["machine_seconds_by_cpu"])] * bool(stage["machine_seconds_by_cpu"]) + [""]
+    total = results["total"]
+    lines += ["## Total time", "",
+              f"- machine time {total['machine_seconds'] / 3600:.2f} h (CPU time over the cores): stages 1-3, "
+              f"what the {total['cap_hours']:g} h cap counts, {total['machine_seconds_within_cap'] / 3600:.2f} h; "
+              f"stage 4, outside it, {total['machine_seconds_outside_cap'] / 3600:.2f} h",
+              f"- wall time of the units, summed: {total['wall_seconds'] / 3600:.2f} h (pauses included)",
+              _time_by_cpu(total["machine_seconds_by_cpu"]), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
