@@ -90,8 +90,9 @@ def totals(ctx: Context, plans: List[StagePlan]) -> dict:
     outside it: stage 4), by CPU, and the units' wall seconds summed (pauses included)."""
     within = [u for plan in plans[:3] for u in plan.units]
     outside = [u for plan in plans[3:] for u in plan.units]
-    return {"machine_seconds": ctx.spent(within + outside), "wall_seconds": ctx.spent(within + outside, machine=False),
-            "machine_seconds_within_cap": ctx.spent(within), "machine_seconds_outside_cap": ctx.spent(outside),
+    inside_cap, outside_cap = ctx.spent(within), ctx.spent(outside)
+    return {"machine_seconds": inside_cap + outside_cap, "wall_seconds": ctx.spent(within + outside, machine=False),
+            "machine_seconds_within_cap": inside_cap, "machine_seconds_outside_cap": outside_cap,
             "cap_hours": ctx.settings.cap_hours, "machine_seconds_by_cpu": ctx.spent_by_cpu(within + outside)}
 
 
