@@ -107,6 +107,7 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     exported = out / "results" / "hf" / "electra"
     assert json.loads((exported / "config.json").read_text())["dtype"] == "float16"
     assert stage2["exports"]["s2/export/electra"]["committed"] is True
+    assert stage2["exports"]["s2/export/electra"]["path"] == "hf/electra"  # movable with the results dir
     assert stage2["throughput"]["s2/throughput/electra_learned"]["tokens_per_machine_second"] > 0
 
     # a new machine: the output dir is gone (results and vocab are committed) and one trial is
@@ -208,7 +209,7 @@ def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: floa
                 "metrics": {"masked_lm_accuracy": 0.2, "disc_auc": 0.51}}
     if unit.kind == "export":
         return {"seconds": 1.0, "machine_seconds": 1.0, "role": "discriminator", "bytes": 8.7e6, "committed": True,
-                "path": params["output"]}
+                "path": f"hf/{Path(params['output']).name}"}
     seconds = per_pass * train_passes(ctx, params["task"])
     value = 50.0 + params["seed"]  # every metric the task's score averages
     return {"seconds": seconds, "machine_seconds": seconds, "task": params["task"], "seed": params["seed"],

@@ -329,8 +329,9 @@ def do_export(params: dict, output_dir: Path) -> dict:
     if size < 20e6:
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(discriminator, target)
+    # a committed export's path is relative to the results dir, where this record is committed too
     return {"role": role, "bytes": size, "committed": size < 20e6,
-            "path": str(target if size < 20e6 else discriminator)}
+            "path": str(target.relative_to(target.parents[1]) if size < 20e6 else discriminator)}
 
 
 HANDLERS = {"vocab": do_vocab, "build": do_build, "throughput": do_throughput, "eval": do_eval,
