@@ -109,6 +109,7 @@ class PretrainingConfig(HParams):
     weight_decay_rate: float = 0.01
     num_warmup_steps: int = 10000
     gradient_accumulation_steps: int = 1
+    per_replica_clipping: bool = False  # True: each replica clips its own gradient (the original's TPU runs)
     # Steps, checkpoints, logging
     iterations_per_loop: int = 200  # steps per compiled loop
     save_checkpoints_steps: int = 1000

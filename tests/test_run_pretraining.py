@@ -96,11 +96,22 @@ def test_unwritable_model_dir(data_dir, tmp_path, capsys):
 @pytest.mark.parametrize("values", [
     {"precision": "mixed_bfloat16"},
     {"jit_compile": True},
-    {"strategy": "mirrored", "gradient_accumulation_steps": 2},
+    {"strategy": "mirrored", "gradient_accumulation_steps": 2, "per_replica_clipping": True},
     {"two_stage_generator_steps": 10, "generator_hidden_size": 1.0},
     {"objective": "bert"},
-], ids=["bf16", "xla", "mirrored_accumulation", "two_stage", "bert"])
-def test_engines_and_schedules(data_dir, capsys, values):
+], ids=["bf16", "xla", "mirrored_accumulation_per_replica_clipping", "two_stage", "bert"])
+def test_engines_and_schedules(data_dir, capsys, monkeypatch, values):
+    from electra_tf.training import pretraining_runner
+    clip_norms = {}  # who clips: the optimizer after aggregation (default) or the step, per replica
+
+    def spy(name, function):
+        def recording(*args, **kwargs):
+            clip_norms[name] = kwargs["clip_norm"]
+            return function(*args, **kwargs)
+        monkeypatch.setattr(pretraining_runner, name, recording)
+
+    spy("create_optimizer", pretraining_runner.create_optimizer)
+    spy("make_train_step", pretraining_runner.make_train_step)
     name = "engine_" + "_".join(sorted(values))
     code, out, err = run(data_dir, name, capsys, num_train_steps=20, save_checkpoints_steps=10,
                          num_eval_steps=2, **values)
@@ -112,6 +123,9 @@ def test_engines_and_schedules(data_dir, capsys, values):
     assert results["global_step"] == 20 and math.isfinite(results["masked_lm_loss"])
     config = json.loads((model_dir / "config.json").read_text())
     assert {key: config[key] for key in values} == values
+    per_replica = values.get("per_replica_clipping", False)
+    assert clip_norms == {"create_optimizer": None if per_replica else 1.0,
+                          "make_train_step": 1.0 if per_replica else None}
     if values.get("objective") == "bert":  # MLM only: no discriminator head, no metric of one
         assert "disc_auc" not in results and "disc_loss" not in results
         _, weights = read_model_dir(model_dir)

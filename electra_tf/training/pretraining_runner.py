@@ -30,7 +30,7 @@ import tf_keras
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
-from electra_tf.optimization import create_optimizer, create_slots, gradient_norm
+from electra_tf.optimization import CLIP_NORM, create_optimizer, create_slots, gradient_norm
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import checkpointing, distribution, interruption
@@ -122,6 +122,7 @@ class _Training:
             step_fn = make_train_step(
                 self.model, self.optimizer, stage=stage, jit_compile=config.jit_compile,
                 gradient_accumulation_steps=config.gradient_accumulation_steps,
+                clip_norm=CLIP_NORM if config.per_replica_clipping else None,
                 on_output=lambda features, output: update_metrics(
                     self.metrics, features, output, self.model.special_ids["mask_id"]),
                 on_gradients=self._record_gradient_norm)
@@ -194,7 +195,8 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
         optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
                                      weight_decay_rate=config.weight_decay_rate,
                                      warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
-                                     optimizer=config.optimizer)
+                                     optimizer=config.optimizer,
+                                     clip_norm=None if config.per_replica_clipping else CLIP_NORM)
         if config.precision == "mixed_float16":
             optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     _check_batch_sizes(config, strategy)

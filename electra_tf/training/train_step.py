@@ -3,7 +3,10 @@
 `make_train_step` returns the per-replica step that a runner calls inside `strategy.run` and loops
 in a `tf.function`. It is the original's `tf.gradients` + `apply_gradients` (spec §7) and nothing
 else: gradient clipping is done once, inside the optimizer's `apply_gradients` (`global_clipnorm`,
-after cross-replica aggregation and after a LossScaleOptimizer unscales), so the step never clips.
+after cross-replica aggregation and after a LossScaleOptimizer unscales), so by default the step
+does not clip. With `clip_norm` it clips each replica's own gradient before the optimizer
+aggregates them: the original's TPU runs, where every shard clipped and `CrossShardOptimizer`
+summed the clipped gradients (`per_replica_clipping`; the optimizer must then not clip again).
 
 With `jit_compile=True` the forward and backward pass (loss → gradients) are one XLA cluster
 (`tf.function(jit_compile=True)`); `apply_gradients` stays outside it, since under a
@@ -14,6 +17,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
+
+from electra_tf.optimization import clip_by_exact_global_norm
 
 # loss_fn(model, features, seed) -> (loss [] float32, output: whatever on_output wants to see)
 LossFn = Callable[[tf_keras.Model, dict, Optional[tf.Tensor]], Tuple[tf.Tensor, Any]]
@@ -31,7 +36,7 @@ def _pretraining_loss(stage: str) -> LossFn:
 
 def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy.Optimizer, *,
                     loss_fn: Optional[LossFn] = None, stage: str = "joint", jit_compile: bool = False,
-                    gradient_accumulation_steps: int = 1,
+                    gradient_accumulation_steps: int = 1, clip_norm: Optional[float] = None,
                     on_output: Optional[Callable[[dict, Any], None]] = None,
                     on_gradients: Optional[Callable[[List[Any]], None]] = None
                     ) -> Callable[[dict, Optional[tf.Tensor]], tf.Tensor]:
@@ -53,6 +58,8 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
         over equally weighted rows; ELECTRA's token-normalised losses make it a mean of micro-batch
         means, equal when the micro-batches hold as many tokens and masked slots. Micro-batch j draws its
         randomness from `fold_in(seed, j)`.
+      clip_norm: clip each replica's (accumulated) gradient to this global norm before the
+        optimizer aggregates it; None (default) leaves clipping to the optimizer.
       on_output: called as `on_output(micro_batch_features, output)` after each forward pass (for
         metrics), outside XLA.
       on_gradients: called with the gradients the optimizer is given (unscaled, averaged over the
@@ -89,6 +96,8 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
     def apply(grads):
         if on_gradients is not None:
             on_gradients([g for g in grads if g is not None])
+        if clip_norm is not None:
+            grads = clip_by_exact_global_norm(grads, clip_norm)
         optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
 
     if gradient_accumulation_steps == 1:
