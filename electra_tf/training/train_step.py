@@ -73,6 +73,10 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
     else:
         variables = model.trainable_variables
     scales_loss = isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+    inner = optimizer.inner_optimizer if scales_loss else optimizer
+    if clip_norm is not None and getattr(inner, "global_clipnorm", None) is not None:
+        raise ValueError("clip_norm: the optimizer clips too (global_clipnorm); each gradient would be clipped "
+                         "twice: create it with clip_norm=None")
 
     def loss_and_gradients(features, seed):
         with tf.GradientTape() as tape:
