@@ -78,6 +78,30 @@ def test_the_extrapolation_flags_far_forecasts_and_longer_pilots_that_measured_p
     assert line_b.endswith(", 100,000x past its last checkpoint: a straight line says little that far")
 
 
+def test_stage2_extrapolates_the_glue_average_when_neither_objective_transfers():
+    """Stage 2's rule is one line, the GLUE average's gain over random init's (at least the margin);
+    a line that falls says so, and runs of other objectives are not taken as longer schedules."""
+    from paper_replication.extrapolation import extrapolation
+    from paper_replication.settings import REAL
+
+    def run(name, objective, gains):
+        return {"name": name, "objective": objective, "vocab": "learned", "learning_rate": 1e-3, "checkpoints": [
+            {"flops": flops, "flops_per_machine_second": 1e11, "average": 46.0 + gain} for flops, gain in gains]}
+    stage = {"tasks": ["cola", "sst"], "random_init": {"learned": {"average": 46.0}},
+             "runs": [run("s2_electra", "electra", [(1e14, -10.0), (1e15, -10.5)]),
+                      run("s2_bert", "bert", [(1e14, -1.0), (1e15, 0.0)])]}
+    electra, bert, gpu = extrapolation(stage, REAL, glue_average=True)
+    assert electra == ("s2_electra: at its last checkpoint (1.00e+15 FLOPs) gains GLUE average -10.50; per 10x "
+                       "FLOPs GLUE average -0.50; no extrapolation: GLUE average's gain falls with FLOPs (-0.50 "
+                       "points per 10x) and its line is below 1 by the last checkpoint")
+    assert bert == ("s2_bert: at its last checkpoint (1.00e+15 FLOPs) gains GLUE average +0.00; per 10x FLOPs GLUE "
+                    "average +1.00; on these lines the rule holds from ~1.00e+16 pretraining FLOPs from step 0 "
+                    "(~28 h on this machine, ~0.6 h on one GPU)")
+    assert gpu.startswith("one GPU: ")
+    stage["runs"][0]["checkpoints"].append({"flops": 1e17, "flops_per_machine_second": 1e11, "average": 30.0})
+    assert "did not transfer" not in extrapolation(stage, REAL, glue_average=True)[1]  # electra is no longer bert
+
+
 def test_the_ordering_says_which_differences_are_within_the_seed_spread():
     """Seed-wise GLUE averages (seed k over the tasks); neighbours whose ranges overlap are within
     noise; the pairs Table 5 orders are counted as measured (its tie, replace_mlm = electra_15, is not a pair)."""

@@ -337,6 +337,15 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
             "the rule: at least +1.0)") in table
     assert "- electra (lr_5e-4), step 4520: does not learn (held-out loss 0.0080 nats above the constant " in table
     assert "- electra, step 4520: learning not measured yet; does not transfer (GLUE average +0.00" in table
+    # stage 2, read by the same rule: neither objective transfers (the fakes score every model alike),
+    # so no pretrained model beats random init at the cap, and stage 2 carries the extrapolation
+    stage2_text = table.split("## Stage 2")[1].split("## Stage 3")[0]
+    assert ("- bert, step 5840: no discriminator (MLM only); does not transfer (GLUE average +0.00 over random "
+            "init's; the rule: at least +1.0)") in stage2_text
+    assert ("- s2_bert: at its last checkpoint (1.79e+15 FLOPs) gains GLUE average +0.00; per 10x FLOPs GLUE "
+            "average +0.00; no extrapolation: GLUE average's gain does not change with FLOPs and stays below 1"
+            ) in stage2_text
+    assert "\n- one GPU: `python benchmarks/replicate_paper.py --output-dir DIR " in stage2_text
     status = runner.status(ctx)
     assert "stage 3: not run" in status and "stage 4: 69 done, 0 remaining" in status
     # the total: stages 1-3 are what the cap counts, stage 4 is outside it

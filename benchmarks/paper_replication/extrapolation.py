@@ -1,6 +1,8 @@
-"""When stage 1 finds no regime: where, on straight lines in log10 pretraining FLOPs through each
-pilot's checkpoints, the pre-registered rule (every probe task's gain over random init above 0,
-their mean at least the margin) would first hold, and what that costs here and on one GPU.
+"""When no pretrained model beats random init: where, on straight lines in log10 pretraining FLOPs
+through each run's checkpoints, the pre-registered rule would first hold, and what that costs here
+and on one GPU. Stage 1 without a regime: every probe task's gain over random init above 0, their
+mean at least the margin. Stage 2 when neither objective transfers: the GLUE average's gain at
+least the margin (stage 4's reading).
 
 A line through three checkpoints of one schedule is a rough guide, so each forecast says how far
 past the last checkpoint it reaches and whether a longer pilot with the same vocab and learning
@@ -13,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 from paper_replication.settings import Settings
 
+AVERAGE = "GLUE average"
 GPU_FLOPS_PER_SECOND = 5e12  # assumed: one V100-class GPU sustaining about a third of its float32 peak
 FAR = 1.0  # log10 FLOPs past the last checkpoint beyond which a forecast is flagged (10x)
 BEYOND = 6.0  # ... and beyond which none is given (a million times the data)
@@ -42,13 +45,22 @@ def gains(run: dict, base: dict, tasks) -> List[Tuple[float, Dict[str, float]]]:
     return points
 
 
+def average_gains(run: dict, base: dict) -> List[Tuple[float, Dict[str, float]]]:
+    """(log10 FLOPs, {AVERAGE: GLUE average's gain over random init's}) at each checkpoint that has it."""
+    return [(math.log10(point["flops"]), {AVERAGE: point["average"] - base["average"]})
+            for point in run["checkpoints"]
+            if point["flops"] and point["average"] is not None and base.get("average") is not None]
+
+
 def where_rule_holds(fits: Dict[str, Tuple[float, float]], margin: float,
                      last: float) -> Tuple[Optional[float], str]:
     """The smallest log10 FLOPs past `last` (the last checkpoint's) at which every task's line is
-    above 0 and their mean at least `margin`: (x, "") or (None, why not). Each condition holds on a
-    half-line of x; the rule on their intersection."""
+    above 0 and their mean at least `margin` (one line: it at least `margin`): (x, "") or (None, why
+    not). Each condition holds on a half-line of x; the rule on their intersection."""
     mean = (statistics.fmean(f[0] for f in fits.values()), statistics.fmean(f[1] for f in fits.values()))
     conditions = [(f"{task}'s gain", fit, 0.0) for task, fit in fits.items()] + [("the mean gain", mean, margin)]
+    if len(fits) == 1:
+        conditions = [(f"{task}'s gain", fit, margin) for task, fit in fits.items()]
     lows, highs = [], []  # (bound, name, slope, threshold)
     for name, (slope, intercept), threshold in conditions:
         if slope == 0 and intercept < threshold:
@@ -68,10 +80,12 @@ def where_rule_holds(fits: Dict[str, Tuple[float, float]], margin: float,
     return low, ""
 
 
-def extrapolation(stage: dict, settings: Settings) -> List[str]:
-    """One line per pilot with at least two checkpoints, then how to run the plan on one GPU."""
-    tasks, margin, lines = stage["tasks"], settings.transfer_margin, []
-    measured = {run["name"]: gains(run, stage["random_init"].get(run["vocab"], {}).get("tasks", {}), tasks)
+def extrapolation(stage: dict, settings: Settings, glue_average: bool = False) -> List[str]:
+    """One line per run with at least two checkpoints, then how to run the plan on one GPU. The rule
+    is stage 1's on its probe tasks, or with `glue_average` stage 2's on the GLUE average."""
+    tasks, margin, lines = [AVERAGE] if glue_average else stage["tasks"], settings.transfer_margin, []
+    measured = {run["name"]: average_gains(run, stage["random_init"].get(run["vocab"], {})) if glue_average
+                else gains(run, stage["random_init"].get(run["vocab"], {}).get("tasks", {}), tasks)
                 for run in stage["runs"]}
     for run in stage["runs"]:
         points = measured[run["name"]]
@@ -79,8 +93,9 @@ def extrapolation(stage: dict, settings: Settings) -> List[str]:
             continue
         last_x, last = points[-1]
         fits = {t: _line([(x, g[t]) for x, g in points]) for t in tasks}
+        mean = f" (mean {statistics.fmean(last.values()):+.2f})" if len(tasks) > 1 else ""
         text = (f"{run['name']}: at its last checkpoint ({10 ** last_x:.2e} FLOPs) gains "
-                + ", ".join(f"{t} {last[t]:+.2f}" for t in tasks) + f" (mean {statistics.fmean(last.values()):+.2f}); "
+                + ", ".join(f"{t} {last[t]:+.2f}" for t in tasks) + f"{mean}; "
                 + "per 10x FLOPs " + ", ".join(f"{t} {fits[t][0]:+.2f}" for t in tasks) + "; ")
         needed, why_not = where_rule_holds(fits, margin, last_x)
         if needed is not None and needed - last_x > BEYOND:
@@ -98,7 +113,8 @@ def extrapolation(stage: dict, settings: Settings) -> List[str]:
         for other in stage["runs"]:
             other_points = measured[other["name"]]
             if (other is not run and other["vocab"] == run["vocab"] and other["learning_rate"] == run["learning_rate"]
-                    and other_points and other_points[-1][0] >= needed):
+                    and other.get("objective") == run.get("objective") and other_points
+                    and other_points[-1][0] >= needed):
                 text += (f"; {other['name']}, with the same vocab and learning rate and a longer schedule, did not "
                          f"transfer at {10 ** other_points[-1][0]:.2e} FLOPs")
         lines.append(text)

@@ -80,8 +80,16 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
         if stage["runs"]:
             stage["final"] = _final_rows(stages, stage)
             stage["ordering"] = ordering([(row["model"], row) for row in stage["final"]], stage["tasks"])
+    if len(stages) > 1 and stages[1]["runs"]:
+        stage2 = stages[1]
+        stage2["readings"] = readings(stage2["runs"], stage2, s.transfer_margin)
+        if stage2["complete"] and not any(transfers(run, stage2, s.transfer_margin) for run in stage2["runs"]):
+            # no pretrained model beats random init at the cap (issue #17): where it would, and on one GPU
+            stage2["extrapolation"] = extrapolation(stage2, s, glue_average=True)
+            stage2["notes"] = stage2["notes"] + stage2["extrapolation"]
     if len(stages) > 3:
-        stages[3]["readings"] = readings(stages[3], stages[1], s.transfer_margin)
+        electra = [run for run in stages[1]["runs"] if run["objective"] == "electra"]
+        stages[3]["readings"] = readings(electra + stages[3]["runs"], stages[1], s.transfer_margin)
     return {"quick": s.quick, "settings": dataclasses.asdict(s), "stages": stages, "total": totals(ctx, plans)}
 
 
@@ -115,24 +123,40 @@ def _final_rows(stages: List[dict], stage: dict) -> List[dict]:
                    for vocab, summary in random_init.items()]
 
 
-def readings(stage: dict, stage2: dict, transfer_margin: float) -> List[str]:
-    """Stage 4's pre-registered reading of each run and of stage 2's electra: whether it *learns*
-    (final held-out discriminator loss at least LEARNS_MARGIN below the constant predictor's) and
-    *transfers* (GLUE average at least the margin above random init's)."""
-    random = next(iter(stage2["random_init"].values()))["average"]
+def _transfer_gain(run: dict, stage2: dict) -> Optional[float]:
+    """A run's final GLUE average over stage 2's random init's (same vocab), rounded as printed so a
+    float tie cannot decide; None until both are complete."""
+    random = stage2["random_init"].get(run["vocab"], {}).get("average")
+    last = run["checkpoints"][-1]["average"]
+    return None if last is None or random is None else round(last - random, 6)
+
+
+def transfers(run: dict, stage2: dict, transfer_margin: float) -> bool:
+    """The reading fixed before stage 2's last trials (and stage 4's): a GLUE average at least the
+    margin above random init's."""
+    gain = _transfer_gain(run, stage2)
+    return gain is not None and gain >= transfer_margin
+
+
+def readings(runs: List[dict], stage2: dict, transfer_margin: float) -> List[str]:
+    """The pre-registered reading of each run (stage 2's models; stage 4's runs beside stage 2's
+    electra): whether it *learns* (final held-out discriminator loss at least LEARNS_MARGIN below
+    the constant predictor's) and *transfers* (GLUE average at least the margin above random init's)."""
     lines = []
-    for run in [r for r in stage2["runs"] if r["objective"] == "electra"] + stage["runs"]:
+    for run in runs:
         last = run["checkpoints"][-1]
         metrics = last["eval"] or {}
-        if "disc_loss_constant_predictor" in metrics:
+        if run["objective"] == "bert":
+            learns = "no discriminator (MLM only)"
+        elif "disc_loss_constant_predictor" in metrics:
             below = round(metrics["disc_loss_constant_predictor"] - metrics["disc_loss"], 6)  # as printed, no float tie
             learns = (f"{'learns' if below >= LEARNS_MARGIN else 'does not learn'} (held-out loss "
                       f"{abs(below):.4f} nats {'below' if below >= 0 else 'above'} the constant predictor's; "
                       f"the rule: at least {LEARNS_MARGIN:g} below)")
         else:
             learns = "learning not measured yet"
-        if last["average"] is not None and random is not None:
-            gain = round(last["average"] - random, 6)
+        gain = _transfer_gain(run, stage2)
+        if gain is not None:
             transfer = (f"{'transfers' if gain >= transfer_margin else 'does not transfer'} (GLUE average "
                         f"{gain:+.2f} over random init's; the rule: at least {transfer_margin:+.1f})")
         else:
@@ -227,9 +251,9 @@ def write_table(results: dict, path: Path) -> None:
         elif stage["runs"]:  # a stage its budget rules out has only its notes
             lines += _final_table(stage["final"], tasks, paper=stage["stage"] == 3)
             lines += ["", "Ordering and noise:", ""] + [f"- {line}" for line in stage["ordering"] or ["not yet"]]
+            lines += [_export(unit_id, result) for unit_id, result in stage["exports"].items()]
             lines += ["", "Reading (learns, transfers):", ""] * ("readings" in stage) + [
                 f"- {line}" for line in stage.get("readings", [])]
-            lines += [_export(unit_id, result) for unit_id, result in stage["exports"].items()]
             lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "
                           "predictor's):", ""]
             lines += _header(["model", "step", "FLOPs", "GLUE avg", "held-out AUC", "disc loss (constant)",
