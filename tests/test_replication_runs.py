@@ -87,6 +87,10 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     widths = {name.split("/")[0]: value.shape[-1] for name, value in weights.values.items()
               if name.endswith("layer_0/attention/output/dense/kernel")}
     assert widths == {"generator": QUICK.hidden, "electra": QUICK.hidden}, widths
+    segment = json.loads((out / "results" / "units" / "s4" / "s4_full_generator" / "pretrain"
+                          / f"{wide['steps']}.json").read_text())  # its training log, committed with it
+    assert segment["train_log"] and segment["train_log"][-1]["step"] == wide["steps"]
+    assert all({"step", "loss", "masked_lm_loss", "disc_auc", "grad_norm"} <= set(e) for e in segment["train_log"])
 
     table = (out / "results" / "table.md").read_text()
     assert "| model | steps | FLOPs | STS-B | GLUE avg |" in table

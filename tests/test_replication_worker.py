@@ -60,13 +60,25 @@ def test_a_run_resumed_past_its_segments_records_only_what_it_trained(tmp_path, 
     model_dir.mkdir()
     for step in (10, 20, 25):
         _write_checkpoint(model_dir, step)
-    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: _write_checkpoint(model_dir, 30))
+
+    def train(hparams, stream):
+        for step in (28, 30):  # the runner's progress lines
+            stream.write(f"step {step}/30 ({100 * step / 30:.1f}%) loss 2.5000 masked_lm_loss 1.{step} disc_auc 0.6000 "
+                         f"grad_norm 1.2500 | 3.0 examples/s | lr 1e-05 | elapsed 1s ETA 0s\n")
+        _write_checkpoint(model_dir, 30)
+
+    monkeypatch.setattr(worker, "_pretraining", train)
     units = _segment_units(tmp_path, (10, 20, 30))
     worker.do_pretrain(units, store)
     results = [store.read(unit["id"]) for unit in units]
     assert [r["steps_timed"] for r in results] == [0, 0, 5]
     assert [r["tokens_per_second"] for r in results[:2]] == [None, None]
     assert _segment_rate(results[0]) is None and _segment_rate(results[1]) is None
+    # each segment keeps the training log this worker saw of its own steps
+    assert results[0]["train_log"] == results[1]["train_log"] == []
+    assert results[2]["train_log"] == [
+        {"step": step, "loss": 2.5, "masked_lm_loss": float(f"1.{step}"), "disc_auc": 0.6, "grad_norm": 1.25}
+        for step in (28, 30)]
 
 
 def test_a_run_trained_again_from_scratch_times_all_its_steps(tmp_path, monkeypatch):

@@ -32,6 +32,7 @@ from paper_replication.store import Store
 from paper_replication.units import cpu_description, latest_checkpoint_step
 
 PROGRESS_STEP = re.compile(r"^step (\d+)/")
+PROGRESS_METRICS = re.compile(r"^step (\d+)/\d+ \([\d.]+%\) ([^|]*)\|")  # "step N/M (p%) name value ... |"
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
 CORES = os.cpu_count() or 1
 WALL_CLOCK = False  # set from the spec (--clock wall): a dedicated machine, e.g. with a GPU
@@ -68,10 +69,12 @@ class Stopwatch:
 
 
 class Tee(io.TextIOBase):
-    """Writes to stdout and notes, for each progress line, its step and the machine seconds so far."""
+    """Writes to stdout and notes, for each progress line, its step and the machine seconds so far,
+    and the training metrics it shows (loss parts, accuracies, AUC, grad_norm over the last interval)."""
 
     def __init__(self):
         self.marks = []  # (step, machine seconds)
+        self.log = []  # {"step": N, metric: value, ...} per progress line
 
     def write(self, text):
         sys.stdout.write(text)
@@ -79,6 +82,11 @@ class Tee(io.TextIOBase):
             found = PROGRESS_STEP.match(line)
             if found:
                 self.marks.append((int(found.group(1)), machine_seconds()))
+            found = PROGRESS_METRICS.match(line)
+            if found:
+                words = found.group(2).split()
+                self.log.append({"step": int(found.group(1)),
+                                 **{name: float(value) for name, value in zip(words[::2], words[1::2])}})
         return len(text)
 
     def flush(self):
@@ -249,7 +257,9 @@ def do_pretrain(units: list, store: Store) -> None:
                 **spent, "step": step, "steps_timed": steps,
                 "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
                 "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
-                "flops": step * params["flops_per_step"], "worker": worker})
+                "flops": step * params["flops_per_step"], "worker": worker,
+                # the segment's training log as this worker saw it (steps an earlier worker trained are not here)
+                "train_log": [entry for entry in tee.log if state["from"] < entry["step"] <= step]})
             store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
             stopwatch.restart()
