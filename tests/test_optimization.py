@@ -1,5 +1,6 @@
-"""Optimisation against the original's numbers: LR schedule, AdamWeightDecay vs a NumPy reference,
-layer-wise LR multipliers, tf.distribute and mixed precision, LAMB."""
+"""Optimisation against the original's numbers: LR schedule, AdamWeightDecay vs a NumPy reference
+(with and without layer-wise decay), tf.distribute and mixed precision, LAMB. The multiplier table
+itself: test_layerwise_decay.py; the clip's norm: test_gradient_clipping.py."""
 
 import os
 import subprocess
@@ -11,15 +12,12 @@ import tensorflow as tf
 import tf_keras
 from official.modeling.optimization import lamb
 
-from electra_tf import layerwise_decay
 from electra_tf.errors import InputError
 from electra_tf import cpu_kernels
 from electra_tf.optimization import (
     AdamWeightDecay,
     PolynomialDecayWithWarmup,
-    clip_by_exact_global_norm,
     create_optimizer,
-    sum_duplicate_indices,
 )
 from process_helpers import REPO
 
@@ -234,67 +232,6 @@ def test_weight_decay_exclusions():
     assert not AdamWeightDecay(weight_decay_rate=0.0).uses_weight_decay("x/kernel:0")
 
 
-# --------------------------------------------------------------- layer-wise multipliers
-
-
-def _encoder_names(n_layers):
-    return [
-        "electra/embeddings/word_embeddings:0",
-        "electra/embeddings/LayerNorm/beta:0",
-        "electra/embeddings_project/kernel:0",
-        *[f"electra/encoder/layer_{i}/attention/self/query/kernel:0" for i in range(n_layers)],
-        "task_specific/cola/dense/kernel:0",
-    ]
-
-
-def test_layerwise_multipliers_original_12_layers():
-    table = layerwise_decay.lr_multiplier_table(_encoder_names(12), 12, 0.8)
-    assert "electra/embeddings/word_embeddings" in table  # ':0' stripped
-    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.8**14)
-    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.044, abs=5e-4)
-    assert table["electra/embeddings/LayerNorm/beta"] == pytest.approx(0.8**14)
-    assert table["electra/embeddings_project/kernel"] == pytest.approx(0.8**14)
-    assert table["electra/encoder/layer_0/attention/self/query/kernel"] == pytest.approx(0.8**13)
-    assert table["electra/encoder/layer_11/attention/self/query/kernel"] == pytest.approx(0.8**2)
-    assert table["task_specific/cola/dense/kernel"] == 1.0
-
-
-def test_layerwise_multipliers_original_24_layers():
-    table = layerwise_decay.lr_multiplier_table(_encoder_names(24), 24, 0.9)
-    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.9**26)
-    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.065, abs=5e-4)
-    assert table["electra/encoder/layer_1/attention/self/query/kernel"] == pytest.approx(0.9**24)
-    assert table["electra/encoder/layer_23/attention/self/query/kernel"] == pytest.approx(0.81)
-    assert table["task_specific/cola/dense/kernel"] == 1.0
-
-
-def test_layerwise_multipliers_fixed():
-    table = layerwise_decay.lr_multiplier_table(_encoder_names(12), 12, 0.8, fixed=True)
-    assert table["electra/embeddings/word_embeddings"] == pytest.approx(0.8**13)
-    assert table["electra/encoder/layer_0/attention/self/query/kernel"] == pytest.approx(0.8**12)
-    assert table["electra/encoder/layer_11/attention/self/query/kernel"] == pytest.approx(0.8)
-    assert table["task_specific/cola/dense/kernel"] == 1.0
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "discriminator_predictions/dense/kernel:0",  # a pre-training head: no key
-        "electra/encoder/layer_12/output/dense/kernel:0",  # beyond n_layers
-    ],
-)
-def test_layerwise_unknown_variable_is_an_error_naming_it(name):
-    with pytest.raises(ValueError, match=name.split(":")[0]):
-        layerwise_decay.lr_multiplier_table([name], 12, 0.8)
-
-
-def test_optimizer_uses_the_layerwise_table():
-    opt = create_optimizer(1e-4, 100, layerwise_lr_decay_power=0.8, n_transformer_layers=12,
-                           fixed_layerwise_decay=True)
-    assert opt.lr_multiplier("electra/encoder/layer_11/output/dense/kernel:0") == pytest.approx(0.8)
-    assert create_optimizer(1e-4, 100).lr_multiplier("anything/at/all:0") == 1.0
-
-
 # ------------------------------------------------------- distribution and mixed precision
 
 
@@ -460,41 +397,3 @@ def test_create_optimizer_bad_arguments(kwargs, field):
     arguments = {"learning_rate": 1e-4, "num_train_steps": 100, **kwargs}
     with pytest.raises(InputError, match=field):
         create_optimizer(**arguments)
-
-
-def test_global_norm_counts_a_repeated_token_once():
-    table = tf.Variable(tf.ones((4, 2)), name="electra/embeddings/word_embeddings")
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(tf.gather(table, [1, 1, 3]))  # dense gradient rows: 0, 2, 0, 1
-    grad = tape.gradient(loss, table)
-    assert isinstance(grad, tf.IndexedSlices)
-    (summed, _), = sum_duplicate_indices([(grad, table)])
-    assert float(tf.linalg.global_norm([summed])) == pytest.approx(np.sqrt(4 * 2 + 1 * 2))
-    assert float(tf.linalg.global_norm([grad])) == pytest.approx(np.sqrt(3 * 2))  # as given
-
-
-def test_per_replica_clip_is_clip_by_global_norm_of_the_dense_gradient():
-    """clip_by_exact_global_norm (per_replica_clipping's clip) on a repeated-token IndexedSlices
-    gradient, a dense one and a None: the dense result is tf.clip_by_global_norm's on the dense
-    equivalents (the original's TPU gradients were dense), and None stays None."""
-    table = tf.Variable(tf.ones((4, 2)), name="electra/embeddings/word_embeddings")
-    kernel = tf.Variable(tf.ones((2, 2)), name="w/kernel")
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(tf.gather(table, [1, 1, 3])) + 0.5 * tf.reduce_sum(kernel * kernel)
-    grads = tape.gradient(loss, [table, kernel])
-    assert isinstance(grads[0], tf.IndexedSlices)
-    clipped = clip_by_exact_global_norm(grads + [None], 1.0)
-    expected, norm = tf.clip_by_global_norm([tf.convert_to_tensor(grads[0]), grads[1]], 1.0)
-    assert float(norm) == pytest.approx(np.sqrt(4 * 2 + 1 * 2 + 4)) and clipped[2] is None
-    for got, want in zip(clipped[:2], expected):
-        np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(), want.numpy(), rtol=1e-6)
-    unclipped = clip_by_exact_global_norm(grads, 100.0)  # below the threshold: unchanged
-    np.testing.assert_allclose(unclipped[1].numpy(), grads[1].numpy())
-
-
-def test_make_train_step_refuses_to_clip_twice():
-    from electra_tf.training import make_train_step
-    model = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(2,))])
-    with pytest.raises(ValueError, match="clipped twice"):
-        make_train_step(model, create_optimizer(1e-3, 10), clip_norm=1.0)
-    make_train_step(model, create_optimizer(1e-3, 10, clip_norm=None), clip_norm=1.0)

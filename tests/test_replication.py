@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import replicate_paper  # noqa: E402
-from paper_replication import runner  # noqa: E402
+from paper_replication import batching, runner  # noqa: E402
 from paper_replication.flops import flops_per_step  # noqa: E402
 from paper_replication.settings import QUICK  # noqa: E402
 from paper_replication.stages import StagePlan, transfers  # noqa: E402
@@ -213,10 +213,10 @@ def test_max_units_counts_segments_and_refuses_fewer_than_a_run_has(tmp_path, mo
     that makes no progress. Planning and the worker are replaced: this checks the runner's loop only."""
     units = [Unit("s1/data/vocab", "vocab", {}), *_segments("pilot_a", 3, tmp_path),
              Unit("s1/pilot_a/eval/10", "eval", {}), Unit("s1/pilot_a/eval/20", "eval", {})]
-    assert [u.id for u in runner._batch(units, 3)] == ["s1/data/vocab"]  # the run's 3 segments do not fit
-    assert runner._batch(units[1:], 2) == [] and runner._batch(units[1:], 4) == units[1:5]
-    long_run = _segments("long", runner.BATCH_UNITS + 5, tmp_path)
-    assert runner._batch(long_run + units[:1]) == long_run  # whole, though longer than a batch
+    assert [u.id for u in batching.batch(units, 3)] == ["s1/data/vocab"]  # the run's 3 segments do not fit
+    assert batching.batch(units[1:], 2) == [] and batching.batch(units[1:], 4) == units[1:5]
+    long_run = _segments("long", batching.BATCH_UNITS + 5, tmp_path)
+    assert batching.batch(long_run + units[:1]) == long_run  # whole, though longer than a batch
 
     ctx = Context(dataclasses.replace(QUICK, workers=1), tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
     batches = []
@@ -276,15 +276,15 @@ def test_lanes_share_out_the_ready_units_and_keep_a_run_whole(tmp_path):
     trials = [Unit(f"s1/a/ft/20/sst/seed{k}", "finetune", {}, needs=needs_a) for k in (1, 2)]
     random = [Unit(f"s1/random/ft/sst/seed{k}", "finetune", {}) for k in (1, 2, 3)]
     seconds = {"pretrain": 10.0, "finetune": 3.0}
-    lanes = runner._lanes(runs + trials + random, 2, lambda unit: seconds[unit.kind])
+    lanes = batching.lanes(runs + trials + random, 2, lambda unit: seconds[unit.kind])
     assert lanes == [runs[2:], runs[:2] + random]  # run b (30 s); run a (20 s), then the trials (9 s)
     assert not any(t in lane for t in trials for lane in lanes)  # their run is not trained yet
-    assert runner._lanes(random, 2, lambda unit: 1.0) == [[random[0], random[2]], [random[1]]]
+    assert batching.lanes(random, 2, lambda unit: 1.0) == [[random[0], random[2]], [random[1]]]
     stop = [Unit("s2/throughput/electra_learned", "throughput", {})]
-    assert runner._lanes(random[:1] + stop + random[1:], 2, lambda unit: 1.0) == []  # one ready unit, then a stop
-    assert runner._lanes(runs + random, 2, lambda unit: 1.0, budget=5) == [runs[2:], runs[:2]]  # 5 units in all
-    assert runner._lanes(runs + random, 2, lambda unit: 1.0, budget=4) == []  # run b does not fit: a runs alone
-    assert runner._lanes(random, 1, lambda unit: 1.0) == []  # one worker: the plain batches
+    assert batching.lanes(random[:1] + stop + random[1:], 2, lambda unit: 1.0) == []  # one ready unit, then a stop
+    assert batching.lanes(runs + random, 2, lambda unit: 1.0, budget=5) == [runs[2:], runs[:2]]  # 5 units in all
+    assert batching.lanes(runs + random, 2, lambda unit: 1.0, budget=4) == []  # run b does not fit: a runs alone
+    assert batching.lanes(random, 1, lambda unit: 1.0) == []  # one worker: the plain batches
 
 
 def test_a_failed_lane_stops_the_other_and_is_raised():

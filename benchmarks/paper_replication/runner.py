@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import List, Optional
 
 from electra_tf.progress import format_duration as duration
+from paper_replication import batching
+from paper_replication.batching import BATCH_UNITS
 from paper_replication.eta import Estimator
 from paper_replication.stages import StagePlan, not_run, plan_all, rules_out_later
 from paper_replication.store import read_json, write_json
 from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoint_step
 from paper_replication.worker import IDLE
 
-BATCH_UNITS = 40  # units per worker process (a fresh process now and then keeps memory flat)
-# With Settings.workers > 1 (--quick), the pending units of these kinds whose needs are done run
-# at once on that many workers: each needs only finished units' artifacts, never another's here
-# (a pretraining run goes whole to one worker). Data builds and throughput runs stay alone.
-LANE_KINDS = ("pretrain", "eval", "finetune", "export")
 PRINTING = threading.Lock()
 MARKER = re.compile(r"@@(start|end) (\S+) (\d+\.\d)")  # worker._mark's line
 CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
@@ -115,56 +112,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _run_length(pending: List[Unit], index: int) -> int:
-    """How many units from `index` on are segments of one pretraining run (1 for another unit)."""
-    unit, length = pending[index], 1
-    while unit.kind == "pretrain" and index + length < len(pending) and pending[index + length].kind == "pretrain" \
-            and pending[index + length].params["run"] == unit.params["run"]:
-        length += 1
-    return length
-
-
-def _batch(pending: List[Unit], budget: Optional[int] = None) -> List[Unit]:
-    """The next units for one worker: up to BATCH_UNITS (a longer pretraining run still goes whole)
-    and never more than `budget` (what --max-units leaves). A pretraining run's pending segments
-    are never split: its worker trains the run to its end (`worker.do_pretrain`)."""
-    batch: List[Unit] = []
-    while len(batch) < len(pending):
-        length = _run_length(pending, len(batch))
-        if (batch and len(batch) + length > BATCH_UNITS) or (budget is not None and len(batch) + length > budget):
-            break
-        batch += pending[len(batch):len(batch) + length]
-    return batch
-
-
-def _lanes(pending: List[Unit], workers: int, seconds, budget: Optional[int] = None) -> List[List[Unit]]:
-    """The pending units that can run now (LANE_KINDS, needs done), up to the first that cannot
-    share the machine, at most BATCH_UNITS x workers and `budget` in all, dealt over `workers`
-    lanes by their estimated `seconds(unit)`, the longest first, each to the least loaded lane
-    (the one with fewer units on a tie). No lanes when fewer than two groups (a pretraining run,
-    or one other unit) are ready."""
-    waiting, groups, count, index = {u.id for u in pending}, [], 0, 0
-    limit = BATCH_UNITS * workers if budget is None else min(budget, BATCH_UNITS * workers)
-    while index < len(pending) and pending[index].kind in LANE_KINDS:
-        length = _run_length(pending, index)
-        group = pending[index:index + length]
-        index += length
-        if any(waiting.intersection(unit.needs) for unit in group):
-            continue  # its run is not trained yet: a later round
-        if count + length > limit:
-            break
-        groups.append(group)
-        count += length
-    if workers < 2 or len(groups) < 2:
-        return []
-    lanes, loads = [[] for _ in range(workers)], [0.0] * workers
-    for group in sorted(groups, key=lambda g: -sum(map(seconds, g))):
-        lane = min(range(workers), key=lambda k: (loads[k], len(lanes[k])))
-        lanes[lane] += group
-        loads[lane] += sum(map(seconds, group))
-    return lanes
 
 
 def _run_lanes(workers: List["Worker"], stage: "Stage", lanes: List[List[Unit]]) -> None:
@@ -370,24 +317,24 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                 on_stage_done(ctx, last_stage)  # the previous stage's results
             pending = by_stage[current - 1]
             budget = None if max_units is None else max_units - ran
-            lanes = _lanes(pending, ctx.settings.workers, Estimator(ctx, stage.all_units).seconds, budget) \
+            lanes = batching.lanes(pending, ctx.settings.workers, Estimator(ctx, stage.all_units).seconds, budget) \
                 if ctx.settings.workers > 1 else []
             if lanes:
                 _run_lanes(lane_workers, stage, lanes)
                 ran += sum(map(len, lanes))
                 continue
-            batch = _batch(pending, budget)
+            batch = batching.batch(pending, budget)
             if ctx.settings.workers > 1:  # alone: the unit that cannot share the machine, or the one ready unit
-                batch = batch[:_run_length(pending, 0)]
+                batch = batch[:batching.run_length(pending, 0)]
             if not batch and ran == 0:  # the next unit is a pretraining run with more segments than that
-                segments = _run_length(pending, 0)
+                segments = batching.run_length(pending, 0)
                 print(f"error: --max-units {max_units} is fewer than the {segments} pending segments of pretraining "
                       f"run {pending[0].params['run']}, which one worker trains to its end (each segment counts "
                       f"as a unit, and a run is never split): give --max-units {segments} or more",
                       file=sys.stderr, flush=True)
                 return 2
             if not batch:
-                segments = _run_length(pending, 0)
+                segments = batching.run_length(pending, 0)
                 again = f"--max-units {segments} or more" if segments > max_units else "the same command"
                 print(f"stopped after {ran} units (--max-units {max_units}; the next would exceed it); "
                       f"rerun with {again} to continue", flush=True)

@@ -139,7 +139,7 @@ class Settings:
     throughput_steps: int
     checkpoints_per_hour: int  # pretraining checkpoints (what a kill can lose)
     diagnostics: Tuple[Diagnostic, ...] = ()  # stage 4
-    workers: int = 1  # processes running ready units at once (runner.LANE_KINDS; the real run: one, on both cores)
+    workers: int = 1  # processes running ready units at once (batching.LANE_KINDS; the real run: one, on both cores)
     fixed_steps: Optional[int] = None  # quick: every run takes this many steps
     eval_batches: int = 10 ** 6  # held-out batches per checkpoint evaluation (the real run: all of them)
     quick: bool = False
