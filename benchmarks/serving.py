@@ -23,6 +23,9 @@ start to the first answer: imports, loading, the first call) and peak resident m
         [--variants ours,hf,hf_passive] [--quick]
 
 `--variants ours,ours_bf16` compares the float32 and the bf16 SavedModel of the same weights.
+`--intra-op-threads 1` serves ours with one intra-op thread (TF_NUM_INTRAOP_THREADS, as TF Serving's
+`--tensorflow_intra_op_parallelism`): on 2 cores a batch-1 request's small matmuls lose more to
+splitting than they gain.
 """
 
 import argparse
@@ -159,13 +162,16 @@ def serve_variant(args) -> None:
 
 # ----------------------------------------------------------------------------- driver
 
-def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float) -> list:
+def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, intra_op_threads: int = 0) -> list:
     """"ours" beside each peer: "hf", "hf_passive" (HF's OpenMP threads spin while they wait by default,
     which on a loaded machine costs them most of their time slices; see finetune_throughput.py) and
-    "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0) and "ours_bf16" (the bf16 export)."""
+    "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0) and "ours_bf16" (the bf16 export).
+    `intra_op_threads` > 0 sets our variants' intra-op threads (0: TensorFlow's default, one per core)."""
     def start(variant):
-        env = worker_env(onednn=variant != "ours_no_onednn",
-                         **({"OMP_WAIT_POLICY": "PASSIVE"} if variant == "hf_passive" else {}))
+        extra = {"OMP_WAIT_POLICY": "PASSIVE"} if variant == "hf_passive" else {}
+        if variant.startswith("ours") and intra_op_threads > 0:
+            extra["TF_NUM_INTRAOP_THREADS"] = str(intra_op_threads)
+        env = worker_env(onednn=variant != "ours_no_onednn", **extra)
         return Worker(__file__, variant, ["--export", str(work), "--batch", str(batch)], env)
     return run_groups(pair_groups(variants), start, steps, f"batch {batch}", gemm_peak=False, pause_s=pause_s)
 
@@ -193,6 +199,8 @@ def report(work: Path, latency: list, throughput: list) -> None:
             rows[variant] = (p50, rate)
             label = "  ours, same rounds" if variant == "ours" else LABELS[variant]
             print(f"{label:24s} {p50:7.1f} {p99:7.1f} {rate:9.1f} {start:8.1f} {peak:8.2f}")
+        if len(one["variants"]) < 2:  # a variant measured alone
+            continue
         peer = one["variants"][1]
         print(f"  ours vs {LABELS[peer]}: batch-1 p50 {rows[peer][0] / rows['ours'][0]:.2f}x lower; "
               f"batch-32 throughput {rows['ours'][1] / rows[peer][1]:.2f}x")
@@ -212,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pause", type=float, default=0.0,
                         help="idle seconds after every request, so that HF's spinning OpenMP threads park "
                              "before the other side's turn (0: back to back)")
+    parser.add_argument("--intra-op-threads", type=int, default=0,
+                        help="intra-op threads of our variants (0: TensorFlow's default, one per core)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 training steps, 10 + 2 requests")
     parser.add_argument("--worker", choices=VARIANTS + ("export_hf",), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
@@ -232,11 +242,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(args.work_dir or scratch)
         prepare(args, work)
-        print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant",
-              flush=True)
+        threads = f"{args.intra_op_threads}" if args.intra_op_threads else "TensorFlow's default"
+        print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant; "
+              f"our intra-op threads: {threads}", flush=True)
         variants = args.variants.split(",")
-        latency = measure(work, 1, args.requests, variants, args.pause)
-        throughput = measure(work, 32, args.batches, variants, args.pause)
+        latency = measure(work, 1, args.requests, variants, args.pause, args.intra_op_threads)
+        throughput = measure(work, 32, args.batches, variants, args.pause, args.intra_op_threads)
         report(work, latency, throughput)
 
 
