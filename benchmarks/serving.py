@@ -172,6 +172,8 @@ def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, 
         if variant.startswith("ours") and intra_op_threads > 0:
             extra["TF_NUM_INTRAOP_THREADS"] = str(intra_op_threads)
         env = worker_env(onednn=variant != "ours_no_onednn", **extra)
+        if variant.startswith("ours") and intra_op_threads <= 0:
+            env.pop("TF_NUM_INTRAOP_THREADS", None)  # TensorFlow's default, whatever the shell set
         return Worker(__file__, variant, ["--export", str(work), "--batch", str(batch)], env)
     return run_groups(pair_groups(variants), start, steps, f"batch {batch}", gemm_peak=False, pause_s=pause_s)
 

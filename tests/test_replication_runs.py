@@ -91,6 +91,7 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
                           / f"{wide['steps']}.json").read_text())  # its training log, committed with it
     assert segment["train_log"] and segment["train_log"][-1]["step"] == wide["steps"]
     assert all({"step", "loss", "masked_lm_loss", "disc_auc", "grad_norm"} <= set(e) for e in segment["train_log"])
+    assert wide["train_log"][-len(segment["train_log"]):] == segment["train_log"]  # results.json: every segment's
 
     table = (out / "results" / "table.md").read_text()
     assert "| model | steps | FLOPs | STS-B | GLUE avg |" in table
@@ -106,7 +107,7 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert table.count(f"- machine time by CPU: {CPU} ") == 5  # each stage and the total, all on this machine
     assert "- electra (full_generator), step " in table and "| electra (full_generator) | " in table
     assert "## Total time\n\n- machine time " in table
-    for png in ("glue_vs_flops.png", "pretraining_curves.png"):
+    for png in ("glue_vs_flops.png", "pretraining_curves.png", "training_curves.png"):
         assert (out / "results" / png).read_bytes()[:4] == b"\x89PNG"
     exported = out / "results" / "hf" / "electra"
     assert json.loads((exported / "config.json").read_text())["dtype"] == "float16"

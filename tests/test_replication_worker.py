@@ -245,6 +245,45 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
     assert ctx.spent_by_cpu(segments) == {worker.CPU: 15.0, "not recorded": 2.0, "other CPU": 9.0}
 
 
+def test_a_segment_keeps_the_training_log_of_a_worker_stopped_inside_it(tmp_path, monkeypatch):
+    """SIGTERM inside a segment leaves a checkpoint (here ckpt-15) and the next worker resumes there:
+    the segment's train_log holds the stopped worker's lines up to step 15 (kept with its unrecorded
+    time) and the next worker's after it. A value that is not finite is kept as None."""
+    from paper_replication import worker
+    from paper_replication.store import Store
+    monkeypatch.setattr(worker, "_mark", lambda *args: None)
+    monkeypatch.setattr(worker, "WATCH_SECONDS", 0.01)
+    model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
+    model_dir.mkdir()
+    _write_checkpoint(model_dir, 10)
+    units = _segment_units(tmp_path, (20,))  # from step 10
+
+    def log(stream, *steps):
+        for step in steps:
+            stream.write(f"step {step}/20 ({5 * step:.1f}%) loss {step}.0000 grad_norm nan | 1.0 examples/s | lr 0 "
+                         f"| elapsed 1s ETA 0s\n")
+
+    def stopped_at_15(hparams, stream):
+        log(stream, 12, 14)
+        for _ in range(500):  # until the watcher has kept the log with the worker's time (at most 5 s)
+            records = store.unrecorded("s1/run/pretrain/20")
+            if records and len(records[0]["train_log"]) == 2:
+                break
+            time.sleep(0.01)
+        _write_checkpoint(model_dir, 15)  # as SIGTERM does: a checkpoint, then the stop
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(worker, "_pretraining", stopped_at_15)
+    with pytest.raises(KeyboardInterrupt):
+        worker.do_pretrain(units, store)
+    monkeypatch.setattr(worker, "_pretraining",
+                        lambda hparams, stream: (log(stream, 16, 18, 20), _write_checkpoint(model_dir, 20)))
+    worker.do_pretrain(units, store)
+    train_log = store.read("s1/run/pretrain/20")["train_log"]
+    assert [entry["step"] for entry in train_log] == [12, 14, 16, 18, 20]
+    assert train_log[0] == {"step": 12, "loss": 12.0, "grad_norm": None}
+
+
 def test_the_cpu_description_names_the_model_and_its_vector_extension():
     from paper_replication import worker
     model, _, rest = worker.CPU.rpartition(" (")

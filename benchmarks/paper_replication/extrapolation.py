@@ -76,6 +76,8 @@ def where_rule_holds(fits: Dict[str, Tuple[float, float]], margin: float,
         return None, (f"{name} falls with FLOPs ({slope:+.2f} points per 10x): its line drops below {threshold:g} "
                       f"at ~{10 ** high:.2e} FLOPs, before the rest of the rule holds (~{10 ** low:.2e})")
     if low <= last:
+        if len(fits) == 1:
+            return None, "the fitted line meets the rule by its last checkpoint, the measured value does not"
         return None, "the fitted lines meet the rule by its last checkpoint, its medians do not"
     return low, ""
 

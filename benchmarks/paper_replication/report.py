@@ -43,17 +43,18 @@ def _segment_rate(segment: dict) -> Optional[float]:
 
 
 def _run_summary(ctx: Context, run: Run, tasks) -> dict:
-    checkpoints = []
+    checkpoints, train_log = [], []
     segments = [Unit(f"s{run.stage}/{run.name}/pretrain/{k}", "pretrain", {}) for k in run.probe_steps]
     for step in run.probe_steps:
         segment = ctx.result(f"s{run.stage}/{run.name}/pretrain/{step}") or {}
+        train_log += segment.get("train_log", [])  # recorded from stage 4 on
         evaluation = ctx.result(f"s{run.stage}/{run.name}/eval/{step}") or {}
         checkpoints.append({"step": step, "flops": segment.get("flops"), "eval": evaluation.get("metrics"),
                             "machine_seconds": ctx.spent(segments[:run.probe_steps.index(step) + 1]) or None,
                             "tokens_per_second": segment.get("tokens_per_second"),
                             "flops_per_machine_second": _segment_rate(segment),
                             **_tasks_summary(ctx, f"s{run.stage}/{run.name}/ft/{step}", tasks)})
-    return {**dataclasses.asdict(run), "checkpoints": checkpoints}
+    return {**dataclasses.asdict(run), "checkpoints": checkpoints, "train_log": train_log}
 
 
 def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
@@ -83,7 +84,7 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
     if len(stages) > 1 and stages[1]["runs"]:
         stage2 = stages[1]
         stage2["readings"] = readings(stage2["runs"], stage2, s.transfer_margin)
-        if stage2["complete"] and not any(transfers(run, stage2, s.transfer_margin) for run in stage2["runs"]):
+        if stage2["complete"] and not any(transfers_on_glue(run, stage2, s.transfer_margin) for run in stage2["runs"]):
             # no pretrained model beats random init at the cap (issue #17): where it would, and on one GPU
             stage2["extrapolation"] = extrapolation(stage2, s, glue_average=True)
             stage2["notes"] = stage2["notes"] + stage2["extrapolation"]
@@ -131,7 +132,7 @@ def _transfer_gain(run: dict, stage2: dict) -> Optional[float]:
     return None if last is None or random is None else round(last - random, 6)
 
 
-def transfers(run: dict, stage2: dict, transfer_margin: float) -> bool:
+def transfers_on_glue(run: dict, stage2: dict, transfer_margin: float) -> bool:
     """The reading fixed before stage 2's last trials (and stage 4's): a GLUE average at least the
     margin above random init's."""
     gain = _transfer_gain(run, stage2)
@@ -316,6 +317,21 @@ def write_plots(results: dict, directory: Path) -> List[Path]:
     _auc_scale(auc)
     mlm.set(xlabel="step", ylabel="held-out MLM accuracy", title="generator (bert: the model itself)")
     written.append(_save(plt, figure, (auc, mlm), directory / "pretraining_curves.png", empty))
+    figure, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for _, run in runs:  # the training batches' own figures, logged every few steps (stage 4 on)
+        for axis, key in zip(axes, ("disc_auc", "masked_lm_loss", "grad_norm")):
+            points = [(entry["step"], entry[key]) for entry in run["train_log"] if entry.get(key) is not None]
+            if points:
+                axis.plot(*zip(*points), color=colour[run["name"]], label=model_name(run))
+    for axis, (ylabel, title) in zip(axes, (("training-batch AUC", "discriminator"),
+                                            ("training MLM loss (nats)", "generator"),
+                                            ("gradient norm before the clip at 1", "both"))):
+        axis.set(xlabel="step", ylabel=ylabel, title=title)
+    _auc_scale(axes[0])
+    if axes[2].lines:
+        axes[2].set_yscale("log")
+    written.append(_save(plt, figure, axes, directory / "training_curves.png",
+                         empty or "no training log (recorded from stage 4 on)"))
     return written
 
 

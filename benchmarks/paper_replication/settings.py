@@ -47,8 +47,8 @@ subsample), MRPC (accuracy/F1 mean), STS-B (Pearson/Spearman mean), RTE (accurac
 the paper's recipe (RTE and STS-B 10 epochs); the median over seeds is reported, and the GLUE
 average is the mean of the five medians. Random init of the same architecture is the baseline.
 The final discriminators are exported to HF format in float16.
-Stage 2's reading, added on 2026-11-27 while `bert`'s and random init's stage-2 trials were still
-running (none of random init's had run): a model *transfers* when its final GLUE average is at
+Stage 2's reading, added on 2026-11-27 before the last of `bert`'s stage-2 trials and all of
+random init's had run: a model *transfers* when its final GLUE average is at
 least `transfer_margin` above random init's (stage 4's rule). If neither does, no pretrained model
 beats random init at the cap, and the report gives, as stage 1 would, each run's straight line of
 its GLUE-average gain over its checkpoints in log10 FLOPs, where it would reach the margin, and

@@ -14,10 +14,8 @@ it) and records the segment; should that fail, training stops at its next loop b
 import _thread
 import contextlib
 import importlib
-import io
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -28,11 +26,10 @@ import uuid
 from pathlib import Path
 
 from electra_tf.cli import use_pooled_cpu_allocator
+from paper_replication.progress_log import Tee
 from paper_replication.store import Store
 from paper_replication.units import cpu_description, latest_checkpoint_step
 
-PROGRESS_STEP = re.compile(r"^step (\d+)/")
-PROGRESS_METRICS = re.compile(r"^step (\d+)/\d+ \([\d.]+%\) ([^|]*)\|")  # "step N/M (p%) name value ... |"
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
 CORES = os.cpu_count() or 1
 WALL_CLOCK = False  # set from the spec (--clock wall): a dedicated machine, e.g. with a GPU
@@ -66,36 +63,6 @@ class Stopwatch:
     def elapsed(self) -> dict:
         return {"seconds": time.monotonic() - self.wall, "machine_seconds": machine_seconds() - self.machine,
                 "cpu": CPU}
-
-
-class Tee(io.TextIOBase):
-    """Writes to stdout and notes, for each progress line, its step and the machine seconds so far,
-    and the training metrics it shows (loss parts, accuracies, AUC, grad_norm over the last interval)."""
-
-    def __init__(self):
-        self.marks = []  # (step, machine seconds)
-        self.log = []  # {"step": N, metric: value, ...} per progress line
-
-    def write(self, text):
-        sys.stdout.write(text)
-        for line in text.splitlines():
-            found = PROGRESS_STEP.match(line)
-            if found:
-                self.marks.append((int(found.group(1)), machine_seconds()))
-            found = PROGRESS_METRICS.match(line)
-            if found:
-                words = found.group(2).split()
-                self.log.append({"step": int(found.group(1)),
-                                 **{name: float(value) for name, value in zip(words[::2], words[1::2])}})
-        return len(text)
-
-    def flush(self):
-        sys.stdout.flush()
-
-    def steps_per_second(self, start: int = 0):
-        """Steps per machine second of each logged interval from mark `start` on."""
-        pairs = zip(self.marks[start:], self.marks[start + 1:])
-        return [(b[0] - a[0]) / (b[1] - a[1]) for a, b in pairs if b[1] > a[1] and b[0] > a[0]]
 
 
 def _say(line: str) -> None:
@@ -153,7 +120,7 @@ def _pretraining(hparams: dict, stream):
 def do_throughput(params: dict, output_dir: Path) -> dict:
     hparams = params["hparams"]
     shutil.rmtree(hparams["model_dir"], ignore_errors=True)
-    tee = Tee()
+    tee = Tee(machine_seconds)
     _pretraining(hparams, tee)
     rates = tee.steps_per_second()  # between progress lines: tracing (before the first) left out
     examples = statistics.median(rates) * hparams["train_batch_size"]
@@ -241,7 +208,7 @@ def do_pretrain(units: list, store: Store) -> None:
                                f"delete {model_dir} to pretrain this run again")
     stopwatch, state = Stopwatch(), {"from": resumed}  # the time and first step of the segment being trained
     worker = _worker_name()
-    tee = Tee()
+    tee = Tee(machine_seconds)
     _mark("start", pending[0]["id"])
 
     def collect():
@@ -253,21 +220,26 @@ def do_pretrain(units: list, store: Store) -> None:
             seconds, machine = spent["seconds"], spent["machine_seconds"]
             steps = max(0, step - state["from"])  # 0: checkpointed before this worker; from 0 on a new machine
             tokens = steps * params["tokens_per_step"]
+            # the segment's training log: what stopped workers logged up to this one's start, then its own
+            earlier = {entry["step"]: entry for record in store.unrecorded(unit["id"])
+                       for entry in record.get("train_log", []) if params["from_step"] < entry["step"] <= state["from"]}
             store.write(unit["id"], {
                 **spent, "step": step, "steps_timed": steps,
                 "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
                 "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
                 "flops": step * params["flops_per_step"], "worker": worker,
-                # the segment's training log as this worker saw it (steps an earlier worker trained are not here)
-                "train_log": [entry for entry in tee.log if state["from"] < entry["step"] <= step]})
+                "train_log": [earlier[k] for k in sorted(earlier)]
+                             + [entry for entry in tee.log if state["from"] < entry["step"] <= step]})
             store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
             stopwatch.restart()
             state["from"] = max(state["from"], step)
             if pending:
                 _mark("start", pending[0]["id"])
-        if pending:  # this worker's time on the segment so far, kept should it be stopped before the end
-            store.write_unrecorded(pending[0]["id"], worker, {"from_step": state["from"], **stopwatch.elapsed()})
+        if pending:  # this worker's time and log on the segment so far, kept should it be stopped before the end
+            store.write_unrecorded(pending[0]["id"], worker, {
+                "from_step": state["from"], **stopwatch.elapsed(),
+                "train_log": [entry for entry in tee.log if entry["step"] > state["from"]]})
 
     stop, failed, needed_no_more = threading.Event(), [], []
 
