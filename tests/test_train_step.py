@@ -223,6 +223,18 @@ def test_gradient_accumulation_equals_one_large_batch(k):
 
 
 
+def _two_cpu_result(script: str, prefix: str) -> str:
+    """Runs `script` in a fresh interpreter (two logical CPUs are fixed when TensorFlow starts) and
+    returns the one line of its output that starts with `prefix`."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, cwd=repo, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith(prefix)]
+    return line
+
+
 # Two logical CPUs are fixed when TensorFlow starts, so this runs in a subprocess.
 TWO_REPLICAS_ACCUMULATING = """
 import numpy as np
@@ -277,12 +289,7 @@ def test_two_replicas_accumulating_equal_one_device_on_the_global_batch():
     the clip at 1.0, active at every step here, and AdamW's division by the gradient's scale make
     the update the same.) A zero loss leaves the weights where they start: "moved" shows the steps
     did something."""
-    repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(repo), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, "-c", TWO_REPLICAS_ACCUMULATING], env=env, cwd=repo,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("replicas ")]
+    line = _two_cpu_result(TWO_REPLICAS_ACCUMULATING, "replicas ")
     words = line.split()
     assert words[1] == "2"
     assert float(words[4]) <= 1e-6 and float(words[7]) <= 1e-6 and float(words[9]) > 0.01, line
@@ -360,12 +367,7 @@ def test_per_replica_clipping_clips_each_replica_before_the_sum():
     logical CPUs, 5 steps end where one device ends when it clips each half-batch's gradient with
     tf.clip_by_global_norm and sums the two, to float32 rounding; and they end elsewhere than the
     default (sum, then clip once), since one half's norm is above 1 and the other's below."""
-    repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(repo), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, "-c", PER_REPLICA_CLIPPING], env=env, cwd=repo,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("per-replica ")]
+    line = _two_cpu_result(PER_REPLICA_CLIPPING, "per-replica ")
     words = line.split()
     assert float(words[2]) <= 1e-6 and float(words[4]) > 1e-3, line
     assert float(words[7]) > 1.0 > float(words[10]), line  # the case where the two differ
