@@ -106,11 +106,7 @@ def gradient_norm(grads) -> tf.Tensor:
 def clip_by_exact_global_norm(grads, clip_norm: float) -> list:
     """`grads` (None allowed) scaled by min(1, clip_norm / norm), with the norm `global_clipnorm`
     would measure: for a step that clips each replica's own gradient before aggregation."""
-    norm = gradient_norm(grads)
-    scale = clip_norm / tf.maximum(norm, clip_norm)  # [] float32
-    return [None if g is None else
-            tf.IndexedSlices(g.values * tf.cast(scale, g.values.dtype), g.indices, g.dense_shape)
-            if isinstance(g, tf.IndexedSlices) else g * tf.cast(scale, g.dtype) for g in grads]
+    return tf.clip_by_global_norm(grads, clip_norm, use_norm=gradient_norm(grads))[0]
 
 
 class _ExactGlobalNormClipping:

@@ -335,7 +335,7 @@ def test_one_worker_runs_batch_after_batch_until_it_has_run_batch_units(tmp_path
         return started[-1]
 
     monkeypatch.setattr(runner.Worker, "_start", start)
-    monkeypatch.setattr(runner, "BATCH_UNITS", 3)
+    monkeypatch.setattr(batching, "BATCH_UNITS", 3)
     units = [Unit(f"s1/pilot_a/eval/{n}", "eval", {}) for n in range(5)]
     stage = runner.Stage(ctx, [StagePlan(units, complete=True)], 1)
     with runner.Worker(ctx) as worker:

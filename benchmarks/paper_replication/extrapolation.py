@@ -57,10 +57,11 @@ def where_rule_holds(fits: Dict[str, Tuple[float, float]], margin: float,
     """The smallest log10 FLOPs past `last` (the last checkpoint's) at which every task's line is
     above 0 and their mean at least `margin` (one line: it at least `margin`): (x, "") or (None, why
     not). Each condition holds on a half-line of x; the rule on their intersection."""
-    mean = (statistics.fmean(f[0] for f in fits.values()), statistics.fmean(f[1] for f in fits.values()))
-    conditions = [(f"{task}'s gain", fit, 0.0) for task, fit in fits.items()] + [("the mean gain", mean, margin)]
     if len(fits) == 1:
         conditions = [(f"{task}'s gain", fit, margin) for task, fit in fits.items()]
+    else:
+        mean = (statistics.fmean(f[0] for f in fits.values()), statistics.fmean(f[1] for f in fits.values()))
+        conditions = [(f"{task}'s gain", fit, 0.0) for task, fit in fits.items()] + [("the mean gain", mean, margin)]
     lows, highs = [], []  # (bound, name, slope, threshold)
     for name, (slope, intercept), threshold in conditions:
         if slope == 0 and intercept < threshold:

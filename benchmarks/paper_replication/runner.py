@@ -19,7 +19,6 @@ from typing import List, Optional
 
 from electra_tf.progress import format_duration as duration
 from paper_replication import batching
-from paper_replication.batching import BATCH_UNITS
 from paper_replication.eta import Estimator
 from paper_replication.stages import StagePlan, not_run, plan_all, rules_out_later
 from paper_replication.store import read_json, write_json
@@ -233,7 +232,7 @@ class Worker:
             print(f"the worker ended between batches (exit {self.process.returncode}); starting another",
                   file=sys.stderr, flush=True)
             self.process = None
-        if self.process is not None and self.units + units > BATCH_UNITS:
+        if self.process is not None and self.units + units > batching.BATCH_UNITS:
             self.close()
         if self.process is None:
             self.process, self.units = self._start(), 0
