@@ -58,8 +58,9 @@ def main(argv=None) -> int:
         print(f"error: --max-units {args.max_units} must be at least 1", file=sys.stderr)
         return 2
     from paper_replication.report import write_report
-    from paper_replication.runner import execute, find_shared_data, settle_clock, status
+    from paper_replication.runner import execute, find_shared_data, settle_clock
     from paper_replication.settings import QUICK, REAL
+    from paper_replication.status import status
     from paper_replication.units import Context
     shared = Path(args.shared_data) if args.shared_data else find_shared_data(REPO)
     if shared is None or not (shared / "corpus").is_dir():

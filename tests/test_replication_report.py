@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from paper_replication import runner  # noqa: E402
+from paper_replication import status  # noqa: E402
 from paper_replication.settings import QUICK  # noqa: E402
 from paper_replication.stages import StagePlan  # noqa: E402
 from paper_replication.units import Context, Unit  # noqa: E402
@@ -22,11 +22,39 @@ def test_status_says_a_stage_its_budget_rules_out_is_not_run(tmp_path, monkeypat
     regime = Run("pilot_a", 1, "bert", "learned", 1e-3, 12, 12, (12,))
     plans = [StagePlan([], complete=True, runs=[regime], regime=regime),
              StagePlan([], complete=True, notes=["stage 2 not run: stage 1 took 29.0 h"])]
-    monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage=3: plans)
-    lines = runner.status(Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)).splitlines()
+    monkeypatch.setattr(status, "plan_all", lambda ctx, last_stage=3: plans)
+    lines = status.status(Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)).splitlines()
     assert lines[-5:] == ["stage 2: not run", "  stage 2 not run: stage 1 took 29.0 h",
                           "stage 3: not run (stage 2's note says why)", "stage 4: not run (stage 2's note says why)",
                           "remaining (planned units): 0, ETA 0s"]
+
+
+def test_status_foresees_stages_3_and_4_while_stage_2_runs(tmp_path, monkeypatch):
+    """Mid stage 2, what is certain already: stage 3 will not run once stages 1-2 have spent the cap
+    (their time only grows), and stage 4, planned from stages 1-2's plans alone, has known units."""
+    import dataclasses
+    from paper_replication.units import Run
+    regime = Run("pilot_c", 1, "bert", "learned", 1e-3, 12, 12, (12,))
+    s2 = Run("s2_electra", 2, "electra", "learned", 1e-3, 12, 12, (12,))
+    first, second, third = (Unit(f"s2/s2_electra/eval/{step}", "eval", {}) for step in (4, 8, 12))
+    plans = [StagePlan([], complete=True, runs=[regime], regime=regime),
+             StagePlan([first, second, third], complete=True, runs=[s2], budget={"stage1_hours": 14.5})]
+    s4 = Run("s4_lr_5e-4", 4, "electra", "learned", 5e-4, 1200, 12, (1200,))
+    stage4 = StagePlan([Unit(f"s4/s4_lr_5e-4/eval/{step}", "eval", {}) for step in (6, 12)], complete=True, runs=[s4])
+    monkeypatch.setattr(status, "plan_all", lambda ctx, last_stage: plans)
+    monkeypatch.setattr(status, "plan_stage4", lambda ctx, stage1, stage2: stage4)
+    ctx = Context(dataclasses.replace(QUICK, quick=False, cap_hours=30.0), tmp_path / "out", tmp_path / "results",
+                  tmp_path, tmp_path)
+    ctx.store.write(first.id, {"seconds": 6000.0, "machine_seconds": 5400.0})  # 1.5 h: 16.0 h of the cap used
+    assert status.status(ctx).splitlines()[-4:] == [
+        "stage 3: not planned yet (waits for stage 2's results)",
+        "stage 4: not planned yet (waits for stage 2's results)",
+        "  once stage 2 ends: 2 units, ETA 3h20m (3h00m machine time; s4_lr_5e-4 1,200 steps)",
+        "remaining (planned units): 2, ETA 3h20m"]
+    ctx.store.write(second.id, {"seconds": 15 * 3600.0, "machine_seconds": 14 * 3600.0})  # 30.0 h: at the cap
+    assert "it will not run" not in status.status(ctx)
+    ctx.store.write(third.id, {"seconds": 2000.0, "machine_seconds": 1800.0})  # 30.5 h: over it
+    assert "  it will not run: stages 1-2 have used 30.5 h of the 30 h cap" in status.status(ctx).splitlines()
 
 
 @pytest.mark.parametrize("fits, last, expected", [
@@ -144,12 +172,12 @@ def test_status_shows_where_a_run_in_training_stands(tmp_path, monkeypatch):
     model_dir = tmp_path / "out" / "models" / "pilot_c"
     params = {"run": "pilot_c", "hparams": {"model_dir": str(model_dir)}, "from_step": 0, "flops_per_step": 1e9}
     units = [Unit(f"s1/pilot_c/pretrain/{step}", "pretrain", {**params, "step": step}) for step in run.probe_steps]
-    monkeypatch.setattr(runner, "plan_all", lambda ctx, last_stage=3: [StagePlan(units, complete=False, runs=[run])])
+    monkeypatch.setattr(status, "plan_all", lambda ctx, last_stage=3: [StagePlan(units, complete=False, runs=[run])])
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
-    assert "  pilot_c: no checkpoint yet (its pretraining starts from step 0)" in runner.status(ctx, 1).splitlines()
+    assert "  pilot_c: no checkpoint yet (its pretraining starts from step 0)" in status.status(ctx, 1).splitlines()
     model_dir.mkdir(parents=True)
     (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-4692"\n')
-    assert "  pilot_c: newest checkpoint at step 4,692 of 9,936" in runner.status(ctx, 1).splitlines()
+    assert "  pilot_c: newest checkpoint at step 4,692 of 9,936" in status.status(ctx, 1).splitlines()
 
 
 def test_the_auc_plot_spans_chance_to_one():

@@ -24,7 +24,8 @@ from paper_replication import runner  # noqa: E402
 from paper_replication.extrapolation import GPU_FLOPS_PER_SECOND, hours  # noqa: E402
 from paper_replication.report import write_report  # noqa: E402
 from paper_replication.settings import QUICK, REAL  # noqa: E402
-from paper_replication.stages import plan_all, plan_stage1  # noqa: E402
+from paper_replication.stages import pending_by_stage, plan_all, plan_stage1  # noqa: E402
+from paper_replication.status import status  # noqa: E402
 from paper_replication.units import GLUE_METRICS, Context, Unit, train_passes  # noqa: E402
 
 
@@ -57,8 +58,8 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert " start s2/s2_electra/pretrain/" in second.stdout and " start s3/" in second.stdout
     assert " start s4/s4_full_generator/pretrain/" in second.stdout
 
-    status = _run(out, shared_data, "--status").stdout
-    assert status.count(" 0 remaining") == 4 and "remaining (planned units): 0" in status, status
+    lines = _run(out, shared_data, "--status").stdout
+    assert lines.count(" 0 remaining") == 4 and "remaining (planned units): 0" in lines, lines
 
     results = json.loads((out / "results" / "results.json").read_text())
     assert [s["stage"] for s in results["stages"]] == [1, 2, 3, 4] and all(s["complete"] for s in results["stages"])
@@ -122,7 +123,7 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     shutil.rmtree(out)
     (results_dir / "units" / "s2" / "s2_bert" / "ft" / str(bert["steps"]) / "sts" / "seed1.json").unlink()
     ctx = Context(QUICK, out, results_dir, REPO, shared_data)
-    by_stage = runner.pending_by_stage(ctx, plan_all(ctx))
+    by_stage = pending_by_stage(ctx, plan_all(ctx))
     assert len(by_stage) == 2  # stage 3 is planned again once stage 2 is whole
     assert [u.id for u in by_stage[0]] == ["s1/data/build_learned"]
     assert [u.id for u in by_stage[1]] == [f"s2/s2_bert/pretrain/{bert['steps']}",
@@ -194,8 +195,8 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     assert stage["extrapolation"][-1].startswith("one GPU: `python benchmarks/replicate_paper.py ")
     table = (results / "table.md").read_text()
     assert line in table and "| pilot_c | learned | 0.001 | 9936 |" in table
-    status = runner.status(ctx)
-    assert "stage 2: not run (stage 1's note says why)" in status and "stage 3: not run" in status
+    lines = status(ctx)
+    assert "stage 2: not run (stage 1's note says why)" in lines and "stage 3: not run" in lines
 
 
 def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: float) -> dict:
@@ -280,7 +281,7 @@ def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_no
         assert f"## Stage 3: the ablations (Table 5 as measured)\n\n- {note}\n" in table
         assert "Stage 4" not in table and not (results / "units" / "s4").exists()  # --stage 3 stops before it
         assert "| electra | 4520 |" in table and "| bert | 5840 |" in table  # stage 2's comparison stands
-        assert "stage 3: not run" in runner.status(ctx)
+        assert "stage 3: not run" in status(ctx)
 
 
 def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, shared_data, monkeypatch):
@@ -351,8 +352,8 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
             "average +0.00; no extrapolation: GLUE average's gain does not change with FLOPs and stays below 1"
             ) in stage2_text
     assert "\n- one GPU: `python benchmarks/replicate_paper.py --output-dir DIR " in stage2_text
-    status = runner.status(ctx)
-    assert "stage 3: not run" in status and "stage 4: 69 done, 0 remaining" in status
+    lines = status(ctx)
+    assert "stage 3: not run" in lines and "stage 4: 69 done, 0 remaining" in lines
     # the total: stages 1-3 are what the cap counts, stage 4 is outside it
     report = json.loads((results / "results.json").read_text())
     total, by_stage = report["total"], [sum(st["machine_seconds_by_cpu"].values()) for st in report["stages"]]

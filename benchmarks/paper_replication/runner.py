@@ -2,7 +2,7 @@
 
 Stops when every planned stage is done, when a stage's decision ends the run (no regime), or
 with exit code 1 when a worker fails (its log's last lines are printed; rerunning resumes).
-`--status` plans without running anything (no TensorFlow import).
+`--status` (status.py) only plans; it runs and records nothing.
 """
 
 import contextlib
@@ -20,9 +20,9 @@ from typing import List, Optional
 from electra_tf.progress import format_duration as duration
 from paper_replication import batching
 from paper_replication.eta import Estimator
-from paper_replication.stages import StagePlan, not_run, plan_all, rules_out_later
+from paper_replication.stages import StagePlan, pending_by_stage, plan_all
 from paper_replication.store import read_json, write_json
-from paper_replication.units import GLUE_FOLDERS, Context, Unit, latest_checkpoint_step
+from paper_replication.units import GLUE_FOLDERS, Context, Unit
 from paper_replication.worker import IDLE
 
 PRINTING = threading.Lock()
@@ -147,13 +147,6 @@ def _run_lanes(workers: List["Worker"], stage: "Stage", lanes: List[List[Unit]])
         raise
     if failures:
         raise failures[0]
-
-
-def pending_by_stage(ctx: Context, plans: List[StagePlan]) -> List[List[Unit]]:
-    """Each stage's pending units, judged over all stages: a later stage's unit can need an earlier
-    one's artifact (stage 2's runs need stage 1's data, which a new machine has lost)."""
-    pending = {u.id for u in ctx.pending([u for plan in plans for u in plan.units])}
-    return [[u for u in plan.units if u.id in pending] for plan in plans]
 
 
 class Stage:
@@ -341,59 +334,6 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                 return 0
             worker.run(stage, batch)
             ran += len(batch)
-
-
-def status(ctx: Context, last_stage: int = 4) -> str:
-    """What is done, what remains and the ETA, per stage (plans only; nothing runs)."""
-    plans = plan_all(ctx, last_stage)
-    estimator = Estimator(ctx, [u for plan in plans for u in plan.units])
-    lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}; budgets count {ctx.clock} seconds"], 0.0
-    by_stage = pending_by_stage(ctx, plans)
-    for number, plan in enumerate(plans, 1):
-        if not_run(plan, number):  # ruled out by its budget
-            lines += [f"stage {number}: not run"] + [f"  {note}" for note in plan.notes]
-            continue
-        pending = by_stage[number - 1]
-        pending_ids = {u.id for u in pending}
-        kinds = {}
-        for unit in plan.units:
-            done, count = kinds.get(unit.kind, (0, 0))
-            kinds[unit.kind] = (done + (unit.id not in pending_ids), count + 1)
-        eta = estimator.total(pending)
-        total += eta
-        wall, machine = ctx.spent(plan.units, machine=False), ctx.spent(plan.units)
-        lines.append(f"stage {number}: {len(plan.units) - len(pending)} done, {len(pending)} remaining"
-                     f"{'' if plan.complete else ' (more once these finish)'}; time so far {duration(wall)} "
-                     f"({duration(machine)} {ctx.clock} time), ETA {duration(eta)}")
-        if kinds:
-            lines.append("  " + ", ".join(f"{kind} {done}/{count}" for kind, (done, count) in kinds.items()))
-        lines += [f"  {note}" for note in plan.notes]
-        lines += _training(plan, pending)
-    for number in range(len(plans) + 1, last_stage + 1):
-        lines.append(f"stage {number}: {_not_planned(plans)}")
-    lines.append(f"remaining (planned units): {sum(map(len, by_stage))}, ETA {duration(total)}")
-    return "\n".join(lines)
-
-
-def _training(plan: StagePlan, pending: List[Unit]) -> List[str]:
-    """Where each run with pending segments stands: its newest checkpoint in the output dir."""
-    lines, seen = [], set()
-    for unit in pending:
-        if unit.kind == "pretrain" and unit.params["run"] not in seen:
-            seen.add(unit.params["run"])
-            run = next(r for r in plan.runs if r.name == unit.params["run"])
-            step = latest_checkpoint_step(Path(unit.params["hparams"]["model_dir"]))
-            lines.append(f"  {run.name}: newest checkpoint at step {step:,} of {run.steps:,}" if step else
-                         f"  {run.name}: no checkpoint yet (its pretraining starts from step 0)")
-    return lines
-
-
-def _not_planned(plans: List[StagePlan]) -> str:
-    """Why a stage after the planned ones has no plan: its predecessor's results are not in yet, or
-    they rule it out (stage 1 without a regime, or stage 2 that its budget did not let run)."""
-    if rules_out_later(plans[-1], len(plans)):
-        return f"not run (stage {len(plans)}'s note says why)"
-    return f"not planned yet (waits for stage {len(plans)}'s results)"
 
 
 def find_shared_data(repo: Path) -> Optional[Path]:

@@ -76,6 +76,13 @@ def _all_done(ctx: Context, units: Sequence[Unit]) -> bool:
     return not ctx.pending(units)
 
 
+def pending_by_stage(ctx: Context, plans: List[StagePlan]) -> List[List[Unit]]:
+    """Each stage's pending units, judged over all stages: a later stage's unit can need an earlier
+    one's artifact (stage 2's runs need stage 1's data, which a new machine has lost)."""
+    pending = {u.id for u in ctx.pending([u for plan in plans for u in plan.units])}
+    return [[u for u in plan.units if u.id in pending] for plan in plans]
+
+
 def data_units(ctx: Context, vocabs: Sequence[str]) -> List[Unit]:
     train, held_out = ctx.corpus_split()
     units = []
