@@ -4,7 +4,7 @@
 
 Task data: DATA_DIR/finetuning_data/<task>/{train,dev,test}.tsv (the original's task names or the
 GLUE download's folder names), finetuning_data/{squad,squadv1}/{train,dev}.json (SQuAD 2.0 / 1.1) or
-finetuning_data/chunk/{train,test}.txt (CoNLL-2000; dev.txt optional, else the last tenth of train.txt);
+finetuning_data/chunk/train.txt (CoNLL-2000; test.txt optional; dev.txt optional, else the last tenth of train.txt);
 the pretrained model: DATA_DIR/models/NAME. Fine-tuned models go to DATA_DIR/models/NAME/finetuning_models/,
 scores to DATA_DIR/models/NAME/results/<tasks>_results.{json,txt}, SQuAD answers and official scores to
 results/<tasks>_qa/<task>_{preds,null_odds,eval}.json and, with "write_test_outputs": true, GLUE-server
