@@ -118,11 +118,11 @@ def test_stage2_extrapolates_the_glue_average_when_neither_objective_transfers()
     stage = {"tasks": ["cola", "sst"], "random_init": {"learned": {"average": 46.0}},
              "runs": [run("s2_electra", "electra", [(1e14, -10.0), (1e15, -10.5)]),
                       run("s2_bert", "bert", [(1e14, -1.0), (1e15, 0.0)])]}
-    electra, bert, gpu = extrapolation(stage, REAL, glue_average=True)
-    assert electra == ("s2_electra: at its last checkpoint (1.00e+15 FLOPs) gains GLUE average -10.50; per 10x "
+    electra, bert, gpu = extrapolation(stage, REAL, glue_average=True, label=lambda run: run["objective"])
+    assert electra == ("electra: at its last checkpoint (1.00e+15 FLOPs) gains GLUE average -10.50; per 10x "
                        "FLOPs GLUE average -0.50; no extrapolation: GLUE average's gain falls with FLOPs (-0.50 "
                        "points per 10x) and its line is below 1 by the last checkpoint")
-    assert bert == ("s2_bert: at its last checkpoint (1.00e+15 FLOPs) gains GLUE average +0.00; per 10x FLOPs GLUE "
+    assert bert == ("bert: at its last checkpoint (1.00e+15 FLOPs) gains GLUE average +0.00; per 10x FLOPs GLUE "
                     "average +1.00; on these lines the rule holds from ~1.00e+16 pretraining FLOPs from step 0 "
                     "(~28 h on this machine, ~0.6 h on one GPU)")
     assert gpu.startswith("one GPU: ")

@@ -348,7 +348,7 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     stage2_text = table.split("## Stage 2")[1].split("## Stage 3")[0]
     assert ("- bert, step 5840: no discriminator (MLM only); does not transfer (GLUE average +0.00 over random "
             "init's; the rule: at least +1.0)") in stage2_text
-    assert ("- s2_bert: at its last checkpoint (1.79e+15 FLOPs) gains GLUE average +0.00; per 10x FLOPs GLUE "
+    assert ("- bert: at its last checkpoint (1.79e+15 FLOPs) gains GLUE average +0.00; per 10x FLOPs GLUE "
             "average +0.00; no extrapolation: GLUE average's gain does not change with FLOPs and stays below 1"
             ) in stage2_text
     assert "\n- one GPU: `python benchmarks/replicate_paper.py --output-dir DIR " in stage2_text

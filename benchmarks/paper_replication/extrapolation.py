@@ -11,7 +11,7 @@ rate already measured past it without transferring.
 
 import math
 import statistics
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from paper_replication.settings import Settings
 
@@ -83,9 +83,11 @@ def where_rule_holds(fits: Dict[str, Tuple[float, float]], margin: float,
     return low, ""
 
 
-def extrapolation(stage: dict, settings: Settings, glue_average: bool = False) -> List[str]:
+def extrapolation(stage: dict, settings: Settings, glue_average: bool = False,
+                  label: Callable[[dict], str] = lambda run: run["name"]) -> List[str]:
     """One line per run with at least two checkpoints, then how to run the plan on one GPU. The rule
-    is stage 1's on its probe tasks, or with `glue_average` stage 2's on the GLUE average."""
+    is stage 1's on its probe tasks, or with `glue_average` stage 2's on the GLUE average. `label`
+    names a run as the stage's tables do (stage 1: the pilot's name; stage 2: its objective)."""
     tasks, margin, lines = [AVERAGE] if glue_average else stage["tasks"], settings.transfer_margin, []
     measured = {run["name"]: average_gains(run, stage["random_init"].get(run["vocab"], {})) if glue_average
                 else gains(run, stage["random_init"].get(run["vocab"], {}).get("tasks", {}), tasks)
@@ -97,7 +99,7 @@ def extrapolation(stage: dict, settings: Settings, glue_average: bool = False) -
         last_x, last = points[-1]
         fits = {t: _line([(x, g[t]) for x, g in points]) for t in tasks}
         mean = f" (mean {statistics.fmean(last.values()):+.2f})" if len(tasks) > 1 else ""
-        text = (f"{run['name']}: at its last checkpoint ({10 ** last_x:.2e} FLOPs) gains "
+        text = (f"{label(run)}: at its last checkpoint ({10 ** last_x:.2e} FLOPs) gains "
                 + ", ".join(f"{t} {last[t]:+.2f}" for t in tasks) + f"{mean}; "
                 + "per 10x FLOPs " + ", ".join(f"{t} {fits[t][0]:+.2f}" for t in tasks) + "; ")
         needed, why_not = where_rule_holds(fits, margin, last_x)
@@ -118,7 +120,7 @@ def extrapolation(stage: dict, settings: Settings, glue_average: bool = False) -
             if (other is not run and other["vocab"] == run["vocab"] and other["learning_rate"] == run["learning_rate"]
                     and other.get("objective") == run.get("objective") and other_points
                     and other_points[-1][0] >= needed):
-                text += (f"; {other['name']}, with the same vocab and learning rate and a longer schedule, did not "
+                text += (f"; {label(other)}, with the same vocab and learning rate and a longer schedule, did not "
                          f"transfer at {10 ** other_points[-1][0]:.2e} FLOPs")
         lines.append(text)
     if lines:

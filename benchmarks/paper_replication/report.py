@@ -86,7 +86,7 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
         stage2["readings"] = readings(stage2["runs"], stage2, s.transfer_margin)
         if stage2["complete"] and not any(transfers_on_glue(run, stage2, s.transfer_margin) for run in stage2["runs"]):
             # no pretrained model beats random init at the cap (issue #17): where it would, and on one GPU
-            stage2["extrapolation"] = extrapolation(stage2, s, glue_average=True)
+            stage2["extrapolation"] = extrapolation(stage2, s, glue_average=True, label=model_name)
             stage2["notes"] = stage2["notes"] + stage2["extrapolation"]
     if len(stages) > 3:
         electra = [run for run in stages[1]["runs"] if run["objective"] == "electra"]
