@@ -276,15 +276,15 @@ def test_lanes_share_out_the_ready_units_and_keep_a_run_whole(tmp_path):
     trials = [Unit(f"s1/a/ft/20/sst/seed{k}", "finetune", {}, needs=needs_a) for k in (1, 2)]
     random = [Unit(f"s1/random/ft/sst/seed{k}", "finetune", {}) for k in (1, 2, 3)]
     seconds = {"pretrain": 10.0, "finetune": 3.0}
-    lanes = batching.lanes(runs + trials + random, 2, lambda unit: seconds[unit.kind])
+    lanes = batching.lanes(runs + trials + random, 2, lambda units: sum(seconds[u.kind] for u in units))
     assert lanes == [runs[2:], runs[:2] + random]  # run b (30 s); run a (20 s), then the trials (9 s)
     assert not any(t in lane for t in trials for lane in lanes)  # their run is not trained yet
-    assert batching.lanes(random, 2, lambda unit: 1.0) == [[random[0], random[2]], [random[1]]]
+    assert batching.lanes(random, 2, lambda units: float(len(units))) == [[random[0], random[2]], [random[1]]]
     stop = [Unit("s2/throughput/electra_learned", "throughput", {})]
-    assert batching.lanes(random[:1] + stop + random[1:], 2, lambda unit: 1.0) == []  # one ready unit, then a stop
-    assert batching.lanes(runs + random, 2, lambda unit: 1.0, budget=5) == [runs[2:], runs[:2]]  # 5 units in all
-    assert batching.lanes(runs + random, 2, lambda unit: 1.0, budget=4) == []  # run b does not fit: a runs alone
-    assert batching.lanes(random, 1, lambda unit: 1.0) == []  # one worker: the plain batches
+    assert batching.lanes(random[:1] + stop + random[1:], 2, lambda units: float(len(units))) == []  # one ready unit, then a stop
+    assert batching.lanes(runs + random, 2, lambda units: float(len(units)), budget=5) == [runs[2:], runs[:2]]  # 5 units in all
+    assert batching.lanes(runs + random, 2, lambda units: float(len(units)), budget=4) == []  # run b does not fit: a runs alone
+    assert batching.lanes(random, 1, lambda units: float(len(units))) == []  # one worker: the plain batches
 
 
 def test_a_failed_lane_stops_the_other_and_is_raised():

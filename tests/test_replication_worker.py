@@ -83,16 +83,27 @@ def test_a_run_resumed_past_its_segments_records_only_what_it_trained(tmp_path, 
 
 def test_a_run_trained_again_from_scratch_times_all_its_steps(tmp_path, monkeypatch):
     """On a new machine only the final segment may be needed again (earlier probes are fine-tuned
-    already): the worker trains from step 0, and the unit's rate counts all 20 steps it trained."""
+    already): the worker trains from step 0, and the unit's rate counts all 20 steps it trained.
+    Its training log keeps the segment's own steps: the earlier segment's are on record already,
+    from the first training."""
     from paper_replication import worker
     from paper_replication.store import Store
     monkeypatch.setattr(worker, "_mark", lambda *args: None)
     model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
     model_dir.mkdir()
-    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: _write_checkpoint(model_dir, 20))
+
+    def train(hparams, stream):
+        for step in (5, 10, 15, 20):
+            stream.write(f"step {step}/20 ({5 * step:.1f}%) loss 2.5000 | 3.0 examples/s | lr 1e-05 | "
+                         "elapsed 1s ETA 0s\n")
+        _write_checkpoint(model_dir, 20)
+
+    monkeypatch.setattr(worker, "_pretraining", train)
     units = _segment_units(tmp_path, (20,))
     worker.do_pretrain(units, store)
-    assert store.read(units[0]["id"])["steps_timed"] == 20
+    result = store.read(units[0]["id"])
+    assert result["steps_timed"] == 20
+    assert [entry["step"] for entry in result["train_log"]] == [15, 20]  # from_step is 10
 
 
 def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypatch, sigint_at_start):
@@ -328,7 +339,9 @@ def test_a_unit_stopped_midway_leaves_its_time(tmp_path, monkeypatch):
 
 def test_eta_counts_only_steps_after_the_newest_checkpoint(tmp_path):
     """A segment resumed from a checkpoint is estimated from that step on: the steps already
-    checkpointed are not trained again, so they are not in the ETA either."""
+    checkpointed are not trained again, so they are not in the ETA either. The first segment of a
+    run still to train starts at the newest checkpoint even when it is before the segment's own
+    start (from 0 on a new machine, which lost the checkpoints of segments on record)."""
     from paper_replication.eta import Estimator
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
     model_dir = tmp_path / "model"
@@ -344,9 +357,12 @@ def test_eta_counts_only_steps_after_the_newest_checkpoint(tmp_path):
     later = Unit("s1/run/pretrain/200", "pretrain", {**unit.params, "step": 200, "from_step": 100})
     assert estimator.seconds(later) == 60.0  # from ckpt-140, not from the segment's start
     (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\n')
-    assert estimator.seconds(later) == 100.0  # an earlier segment's checkpoint: from its own start
+    assert estimator.seconds(later, first_of_run=False) == 100.0  # after the earlier segment: from its own start
+    assert estimator.seconds(later) == 160.0  # the first to train: from ckpt-40
+    assert estimator.total([unit, later]) == 160.0 == estimator.total([later])
     (model_dir / "checkpoint").write_bytes(b"\xff\xfe garbled")
-    assert estimator.seconds(later) == 100.0
+    assert estimator.seconds(later, first_of_run=False) == 100.0
+    assert estimator.total([later]) == 200.0  # no checkpoint to resume (as on a new machine): from step 0
 
 
 def test_eta_ignores_the_time_a_paused_unit_stood_still(tmp_path):

@@ -40,9 +40,9 @@ def batch(pending: List[Unit], budget: Optional[int] = None) -> List[Unit]:
 def lanes(pending: List[Unit], workers: int, seconds, budget: Optional[int] = None) -> List[List[Unit]]:
     """The pending units that can run now (LANE_KINDS, needs done), up to the first that cannot
     share the machine, at most BATCH_UNITS x workers and `budget` in all, dealt over `workers`
-    lanes by their estimated `seconds(unit)`, the longest first, each to the least loaded lane
-    (the one with fewer units on a tie). No lanes when fewer than two groups (a pretraining run,
-    or one other unit) are ready."""
+    lanes by their estimated `seconds(units)` (a run's segments, or one other unit), the longest
+    first, each to the least loaded lane (the one with fewer units on a tie). No lanes when fewer
+    than two groups (a pretraining run, or one other unit) are ready."""
     waiting, groups, count, index = {u.id for u in pending}, [], 0, 0
     limit = BATCH_UNITS * workers if budget is None else min(budget, BATCH_UNITS * workers)
     while index < len(pending) and pending[index].kind in LANE_KINDS:
@@ -58,8 +58,8 @@ def lanes(pending: List[Unit], workers: int, seconds, budget: Optional[int] = No
     if workers < 2 or len(groups) < 2:
         return []
     dealt, loads = [[] for _ in range(workers)], [0.0] * workers
-    for group in sorted(groups, key=lambda g: -sum(map(seconds, g))):
+    for group in sorted(groups, key=lambda g: -seconds(g)):
         lane = min(range(workers), key=lambda k: (loads[k], len(dealt[k])))
         dealt[lane] += group
-        loads[lane] += sum(map(seconds, group))
+        loads[lane] += seconds(group)
     return dealt

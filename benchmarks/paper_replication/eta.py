@@ -72,17 +72,20 @@ class Estimator:
         rates = _on([sample for samples in run_rates.values() for sample in samples])
         self.flops_per_second = statistics.median(rates) if rates else PRIOR_FLOPS_PER_SECOND
 
-    def seconds(self, unit: Unit) -> float:
+    def seconds(self, unit: Unit, first_of_run: bool = True) -> float:
         """The unit's estimated wall seconds."""
-        return self.machine_seconds(unit) * self.wall_per_machine
+        return self.machine_seconds(unit, first_of_run) * self.wall_per_machine
 
-    def machine_seconds(self, unit: Unit) -> float:
+    def machine_seconds(self, unit: Unit, first_of_run: bool = True) -> float:
+        """The unit's estimated machine seconds. A pretraining segment trains from its run's newest
+        checkpoint when it is the first of its run still to train (`first_of_run`): from step 0 on
+        a new machine, whatever its `from_step`; a later one from where the segment before ends."""
         params = unit.params
         if unit.kind == "pretrain":
             rates = self.run_rates.get(params["run"])
             rate = statistics.median(rates) if rates else self.flops_per_second
             resumed = latest_checkpoint_step(Path(params["hparams"]["model_dir"]))
-            start = min(max(params["from_step"], resumed), params["step"])  # checkpointed steps are not redone
+            start = min(resumed if first_of_run else max(params["from_step"], resumed), params["step"])
             return (params["step"] - start) * params["flops_per_step"] / rate
         if unit.kind == "finetune" and self.seconds_per_pass is not None:
             return train_passes(self.ctx, params["task"]) * self.seconds_per_pass
@@ -91,4 +94,15 @@ class Estimator:
         return PRIORS[unit.kind]
 
     def total(self, units: Sequence[Unit]) -> float:
-        return sum(self.seconds(u) for u in units)
+        """Estimated wall seconds of the units, run in this order."""
+        return self.machine_total(units) * self.wall_per_machine
+
+    def machine_total(self, units: Sequence[Unit]) -> float:
+        """Estimated machine seconds of the units, run in this order (each run's first pending
+        segment trains from its newest checkpoint)."""
+        runs, total = set(), 0.0
+        for unit in units:
+            run = unit.params.get("run") if unit.kind == "pretrain" else None
+            total += self.machine_seconds(unit, first_of_run=run not in runs)
+            runs.add(run)
+        return total

@@ -309,7 +309,7 @@ def execute(ctx: Context, last_stage: int, on_stage_done, max_units: Optional[in
                 on_stage_done(ctx, last_stage)  # the previous stage's results
             pending = by_stage[current - 1]
             budget = None if max_units is None else max_units - ran
-            lanes = batching.lanes(pending, ctx.settings.workers, Estimator(ctx, stage.all_units).seconds, budget) \
+            lanes = batching.lanes(pending, ctx.settings.workers, Estimator(ctx, stage.all_units).total, budget) \
                 if ctx.settings.workers > 1 else []
             if lanes:
                 _run_lanes(lane_workers, stage, lanes)

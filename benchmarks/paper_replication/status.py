@@ -69,7 +69,7 @@ def _foreseen(ctx: Context, plans: List[StagePlan], number: int, estimator: Esti
         return [f"  it will not run: stages 1-2 have used {used:.1f} h of the {ctx.settings.cap_hours:g} h cap"] * over
     if number == 4:
         preview = plan_stage4(ctx, plans[0], plans[1])
-        machine = sum(map(estimator.machine_seconds, preview.units))
+        machine = estimator.machine_total(preview.units)
         return [f"  once stage 2 ends: {len(preview.units)} units, ETA {duration(estimator.total(preview.units))} "
                 f"({duration(machine)} {ctx.clock} time; "
                 + ", ".join(f"{run.name} {run.steps:,} steps" for run in preview.runs) + ")"]

@@ -223,13 +223,16 @@ def do_pretrain(units: list, store: Store) -> None:
             # the segment's training log: what stopped workers logged up to this one's start, then its own
             earlier = {entry["step"]: entry for record in store.unrecorded(unit["id"])
                        for entry in record.get("train_log", []) if params["from_step"] < entry["step"] <= state["from"]}
+            # its own lines of the segment: on a new machine it trained the earlier segments again, whose
+            # recorded logs come from the first training, so their steps are not repeated here
+            first = max(state["from"], params["from_step"])
             store.write(unit["id"], {
                 **spent, "step": step, "steps_timed": steps,
                 "tokens_per_second": tokens / seconds if steps > 0 < seconds else None,
                 "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
                 "flops": step * params["flops_per_step"], "worker": worker,
                 "train_log": [earlier[k] for k in sorted(earlier)]
-                             + [entry for entry in tee.log if state["from"] < entry["step"] <= step]})
+                             + [entry for entry in tee.log if first < entry["step"] <= step]})
             store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
             stopwatch.restart()
@@ -239,7 +242,8 @@ def do_pretrain(units: list, store: Store) -> None:
         if pending:  # this worker's time and log on the segment so far, kept should it be stopped before the end
             store.write_unrecorded(pending[0]["id"], worker, {
                 "from_step": state["from"], **stopwatch.elapsed(),
-                "train_log": [entry for entry in tee.log if entry["step"] > state["from"]]})
+                "train_log": [entry for entry in tee.log
+                              if entry["step"] > max(state["from"], pending[0]["params"]["from_step"])]})
 
     stop, failed, needed_no_more = threading.Event(), [], []
 
