@@ -252,6 +252,9 @@ def test_stage3_at_the_real_settings_runs_in_full_as_a_labelled_substitute_or_no
     what the 30 h cap leaves: stage 3 is planned in full, as the substitute, or says it is not run;
     the report and --status say which, and nothing of stage 3 runs when it is not run."""
     ctx, results = _real_stage2(tmp_path, shared_data, per_pass, pretrain_hours)
+    lines = status(ctx)  # it plans stage 3 (and 4 when 3 is not run) but records no budget or schedule
+    assert ("stage 3: 0 done" if expected in ("full", "substitute") else "stage 3: not run") in lines
+    assert not any((root / "units" / stage).exists() for root in (results, ctx.output_dir) for stage in ("s3", "s4"))
     stage2 = plan_all(ctx, last_stage=2)[1]
     assert [r.steps for r in stage2.runs] == [4520, 5840]  # the real budget, from stage 1's real time
     plans = plan_all(ctx, last_stage=3)

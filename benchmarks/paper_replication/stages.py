@@ -60,7 +60,8 @@ def _frozen(ctx: Context, key: str, compute) -> dict:
     stored = ctx.result(key)
     if stored is None:
         stored = compute()
-        ctx.store.write(key, stored)
+        if ctx.records:  # not while --status only looks
+            ctx.store.write(key, stored)
     return stored
 
 

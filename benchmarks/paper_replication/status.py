@@ -12,8 +12,13 @@ from paper_replication.units import Context, Unit, latest_checkpoint_step
 
 
 def status(ctx: Context, last_stage: int = 4) -> str:
-    """What is done, what remains and the ETA, per stage (plans only; nothing runs)."""
-    plans = plan_all(ctx, last_stage)
+    """What is done, what remains and the ETA, per stage. It plans without recording: a budget or
+    schedule planned for the first time here is recorded by the run that uses it."""
+    ctx.records = False
+    try:
+        plans = plan_all(ctx, last_stage)
+    finally:
+        ctx.records = True
     estimator = Estimator(ctx, [u for plan in plans for u in plan.units])
     lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}; budgets count {ctx.clock} seconds"], 0.0
     by_stage = pending_by_stage(ctx, plans)

@@ -82,6 +82,7 @@ class Context:
         self.repo, self.shared_data = Path(repo), Path(shared_data)
         self.store = Store(self.output_dir, self.results_dir)
         self.clock = "machine"  # what "machine seconds" count (runner.settle_clock)
+        self.records = True  # planning records budgets and schedules the first time (false: --status)
 
     def result(self, unit_id: str) -> Optional[dict]:
         return self.store.read(unit_id)
