@@ -116,18 +116,26 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert stage2["exports"]["s2/export/electra"]["path"] == "hf/electra"  # movable with the results dir
     assert stage2["throughput"]["s2/throughput/electra_learned"]["tokens_per_machine_second"] > 0
 
-    # a new machine: the output dir is gone (results and vocab are committed) and one trial is
-    # not done; its run is trained again, which first needs stage 1's data built again
+    # a new machine: the output dir is gone (results and vocab are committed) and a trial of the
+    # final checkpoint is not done: it starts from the committed export, and nothing is trained again
     results_dir = tmp_path / "committed"
     shutil.copytree(out / "results", results_dir)
     shutil.rmtree(out)
-    (results_dir / "units" / "s2" / "s2_bert" / "ft" / str(bert["steps"]) / "sts" / "seed1.json").unlink()
+    final, first = bert["steps"], bert["checkpoints"][0]["step"]
+    (results_dir / "units" / "s2" / "s2_bert" / "ft" / str(final) / "sts" / "seed1.json").unlink()
     ctx = Context(QUICK, out, results_dir, REPO, shared_data)
+    by_stage = pending_by_stage(ctx, plan_all(ctx))
+    assert [[u.id for u in pending] for pending in by_stage] == [[], [f"s2/s2_bert/ft/{final}/sts/seed1"]]
+    (trial,) = by_stage[1]
+    assert trial.needs == ("s2/export/bert",) and trial.params["export"] == str(results_dir / "hf" / "bert")
+    # a trial of an earlier checkpoint, which has no export: its run is trained again (to that
+    # checkpoint), which first needs stage 1's data built again
+    (results_dir / "units" / "s2" / "s2_bert" / "ft" / str(first) / "sts" / "seed1.json").unlink()
     by_stage = pending_by_stage(ctx, plan_all(ctx))
     assert len(by_stage) == 2  # stage 3 is planned again once stage 2 is whole
     assert [u.id for u in by_stage[0]] == ["s1/data/build_learned"]
-    assert [u.id for u in by_stage[1]] == [f"s2/s2_bert/pretrain/{bert['steps']}",
-                                           f"s2/s2_bert/ft/{bert['steps']}/sts/seed1"]
+    assert [u.id for u in by_stage[1]] == [f"s2/s2_bert/pretrain/{first}", f"s2/s2_bert/ft/{first}/sts/seed1",
+                                           f"s2/s2_bert/ft/{final}/sts/seed1"]
 
 
 def _fake_result(unit: Unit, checkpoint: int) -> dict:
@@ -214,6 +222,8 @@ def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: floa
         return {"seconds": 60.0, "machine_seconds": 50.0, "step": params["step"], "flops": params["flops"],
                 "metrics": {"masked_lm_accuracy": 0.2, "disc_auc": 0.51}}
     if unit.kind == "export":
+        Path(params["output"]).mkdir(parents=True, exist_ok=True)
+        (Path(params["output"]) / "config.json").write_text("{}")  # the committed copy the trials may start from
         return {"seconds": 1.0, "machine_seconds": 1.0, "role": "discriminator", "bytes": 8.7e6, "committed": True,
                 "path": f"hf/{Path(params['output']).name}"}
     seconds = per_pass * train_passes(ctx, params["task"])
@@ -315,6 +325,12 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     assert segments["s4/s4_lr_5e-4/pretrain/4520"].params["hparams"]["learning_rate"] == 5e-4
     trials = [u for u in stage4.units if u.kind == "finetune"]
     assert len(trials) == 3 * 5 * 3 and not any("random" in u.id for u in trials)
+    # each run's final discriminator is exported (and committed), and its trials need the export, not
+    # the checkpoint: a new machine starts them from the export instead of pretraining the run again
+    exports = [u for u in stage4.units if u.kind == "export"]
+    assert [u.params["output"] for u in exports] == [str(results / "hf" / r.name) for r in stage4.runs]
+    assert all(t.needs == (f"s4/export/{t.id.split('/')[1]}",) and t.params["export"].endswith(t.id.split("/")[1])
+               for t in trials)
     assert {u.id.split("/ft/")[1].split("/")[0] for u in trials} == {"2960", "4520"}  # final checkpoints only
     # the schedules: stage 4's record their own hparams, stage 2's records stay as they were
     assert json.loads((results / "units" / "s4" / "s4_full_generator" / "schedule.json").read_text())["hparams"] \
@@ -330,6 +346,8 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
         if unit.kind == "finetune":
             for name in record["scores"][unit.params["task"]]:
                 record["scores"][unit.params["task"]][name] += 2.0 if wide_run else 0.5
+            if unit.id == "s4/s4_lr_5e-4/ft/4520/rte/seed3":  # run where the checkpoint was gone
+                record["started_from"] = "float16 export"
         ctx.store.write(unit.id, record)
     monkeypatch.setattr(runner, "prepare_glue", lambda ctx: None)
     monkeypatch.setattr(runner, "RunLock", lambda output_dir: contextlib.nullcontext())
@@ -337,6 +355,9 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     assert runner.execute(ctx, 4, write_report) == 0
     table = (results / "table.md").read_text()
     assert "## Stage 4: diagnostics of electra (outside the plan and the cap" in table
+    assert ("- 1 trial started from the float16 export, the checkpoint not being on the machine that ran them: "
+            "s4/s4_lr_5e-4/ft/4520/rte/seed3\n") in table
+    assert table.count("- HF export (s4_") == 3
     assert "| electra (full_generator) | 2960 |" in table and "| electra (lr_5e-4) | 4520 |" in table
     assert ("- electra (full_generator), step 2960: learns (held-out loss 0.0520 nats below the constant "
             "predictor's; the rule: at least 0.005 below); transfers (GLUE average +2.00 over random init's; "
@@ -356,7 +377,7 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
             ) in stage2_text
     assert "\n- one GPU: `python benchmarks/replicate_paper.py --output-dir DIR " in stage2_text
     lines = status(ctx)
-    assert "stage 3: not run" in lines and "stage 4: 69 done, 0 remaining" in lines
+    assert "stage 3: not run" in lines and "stage 4: 72 done, 0 remaining" in lines
     # the total: stages 1-3 are what the cap counts, stage 4 is outside it
     report = json.loads((results / "results.json").read_text())
     total, by_stage = report["total"], [sum(st["machine_seconds_by_cpu"].values()) for st in report["stages"]]

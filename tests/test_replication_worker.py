@@ -428,3 +428,28 @@ def test_eta_prefers_what_was_measured_on_this_cpu(tmp_path):
         store.write(f"s2/run/eval/{100 + k}", {"seconds": 40.0, "machine_seconds": 20.0, "cpu": "new CPU"})
     more = units + [Unit(f"s2/run/eval/{100 + k}", "eval", {}) for k in range(MIN_RATIOS - 1)]
     assert Estimator(ctx, more, cpu="new CPU").seconds(pending) == pytest.approx(300.0)
+
+
+def test_a_trial_whose_checkpoint_is_gone_starts_from_the_committed_export(tmp_path, monkeypatch):
+    """A trial of a run's final checkpoint starts from the checkpoint where this machine has it, and
+    from the committed float16 export where it does not (a new machine), saying so in its result,
+    rather than pretraining the run again (another CPU would train another model)."""
+    import finetune.runner
+    from paper_replication import worker
+    started = []
+
+    def run(config, stream):
+        started.append(config.init_checkpoint)
+        return {"trials": [{"sst": {"accuracy": 50.0}}]}
+
+    monkeypatch.setattr(finetune.runner, "run", run)
+    probe, export = tmp_path / "probes" / "run" / "ckpt-20", tmp_path / "hf" / "run"
+    params = {"task": "sst", "seed": 1, "export": str(export),
+              "hparams": {"task_names": ["sst"], "init_checkpoint": str(probe),
+                          "results_dir": str(tmp_path / "ft" / "results")}}
+    gone = worker.do_finetune(params, tmp_path / "out")
+    assert started == [str(export)] and gone["started_from"] == "float16 export"
+    probe.parent.mkdir(parents=True)
+    (probe.parent / "ckpt-20.index").write_text("x")
+    here = worker.do_finetune(params, tmp_path / "out")
+    assert started[1] == str(probe) and "started_from" not in here and here["scores"] == {"sst": {"accuracy": 50.0}}

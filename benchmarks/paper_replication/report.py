@@ -73,6 +73,8 @@ def build_results(ctx: Context, plans: List[StagePlan]) -> dict:
                        "rules_out_later": rules_out_later(plan, number),
                        "runs": [_run_summary(ctx, run, tasks) for run in plan.runs],
                        "throughput": measured["throughput"], "exports": measured["export"],
+                       "trials_from_export": [u.id for u in plan.units if u.kind == "finetune"
+                                              and (ctx.result(u.id) or {}).get("started_from")],
                        "machine_seconds_by_cpu": ctx.spent_by_cpu(plan.units)})
     if plans[0].complete and plans[0].regime is None:
         stages[0]["extrapolation"] = extrapolation(stages[0], s)
@@ -253,6 +255,10 @@ def write_table(results: dict, path: Path) -> None:
             lines += _final_table(stage["final"], tasks, paper=stage["stage"] == 3)
             lines += ["", "Ordering and noise:", ""] + [f"- {line}" for line in stage["ordering"] or ["not yet"]]
             lines += [_export(unit_id, result) for unit_id, result in stage["exports"].items()]
+            if stage["trials_from_export"]:
+                count = len(stage["trials_from_export"])
+                lines.append(f"- {count} trial{'s' * (count > 1)} started from the float16 export, the checkpoint "
+                             f"not being on the machine that ran them: {', '.join(stage['trials_from_export'])}")
             lines += ["", "Reading (learns, transfers):", ""] * ("readings" in stage) + [
                 f"- {line}" for line in stage.get("readings", [])]
             lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "

@@ -11,8 +11,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from paper_replication.flops import flops_per_step
 from paper_replication.settings import OBJECTIVES_STAGE2, OBJECTIVES_STAGE3, Diagnostic, Pilot
-from paper_replication.units import (Context, Run, Unit, finetune_units, median_scores, pretraining_units,
-                                     machine_time, run_hparams, schedule, train_passes)
+from paper_replication.units import (Context, Run, Unit, export_unit, finetune_units, median_scores,
+                                     pretraining_units, machine_time, run_hparams, schedule, train_passes)
 
 FINETUNING_MARGIN = 1.2  # estimated fine-tuning hours = 1.2 x passes x measured seconds per pass
 
@@ -243,13 +243,11 @@ def plan_stage2(ctx: Context, stage1: StagePlan) -> StagePlan:
     runs = _stage_runs(ctx, 2, regime, OBJECTIVES_STAGE2, flops_budget, hours)
     for run in runs:
         units += pretraining_units(ctx, run, step_flops(ctx, run.objective, run.vocab))
-        # exported (and committed) as soon as it is trained: a new machine then never retrains it for that
-        units.append(Unit(f"s2/export/{run.objective}", "export",
-                          {"probe": str(ctx.probe_prefix(run, run.steps)), "run": run.name,
-                           "output": str(ctx.results_dir / "hf" / run.objective)},
-                          needs=(f"s2/{run.name}/pretrain/{run.steps}",)))
+        export = export_unit(ctx, run, f"s2/export/{run.objective}", ctx.results_dir / "hf" / run.objective)
+        units.append(export)
         for step in run.probe_steps:
-            units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks, run, step)
+            units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks, run, step,
+                                    export if step == run.steps else None)
     units += finetune_units(ctx, 2, regime.vocab, s.glue_tasks)
     budget = {"hours_each": hours, "flops_each": flops_budget, **frozen}
     return StagePlan(units, complete=True, runs=runs, budget=budget,
@@ -304,7 +302,8 @@ def plan_stage4(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
         run = diagnostic_run(ctx, diagnostic, regime, electra, hours, flops2)
         runs.append(run)
         units += pretraining_units(ctx, run, run_step_flops(ctx, run.objective, run.vocab, run.hparams))
-        units += finetune_units(ctx, 4, regime.vocab, s.glue_tasks, run, run.steps)
+        export = export_unit(ctx, run, f"s4/export/{run.name}", ctx.results_dir / "hf" / run.name)
+        units += [export] + finetune_units(ctx, 4, regime.vocab, s.glue_tasks, run, run.steps, export)
     return StagePlan(units, complete=True, runs=runs, budget={"hours_each": hours, "flops_each": flops2}, notes=[
         "diagnostics outside the plan and the cap, fixed in RESULTS.md before they ran: "
         + ", ".join(f"{run.name} {run.steps} steps" for run in runs)])

@@ -193,6 +193,18 @@ def latest_checkpoint_step(model_dir: Path) -> int:
     return int(found.group(1)) if found else 0
 
 
+def export_unit(ctx: Context, run: Run, unit_id: str, output: Path) -> Unit:
+    """The run's final discriminator (for `bert`, its MLM model) exported to `output` in float16
+    (committed when under 20 MB) as soon as the run is trained: a new machine then never trains it
+    again for the export, nor for the trials of its final checkpoint (`finetune_units`). An export
+    kept out of git (too large) has no artifact: the trials then need the checkpoint itself."""
+    committed = (ctx.result(unit_id) or {}).get("committed", True)  # before it runs: as it will be
+    return Unit(unit_id, "export", {"probe": str(ctx.probe_prefix(run, run.steps)), "run": run.name,
+                                    "output": str(output)},
+                artifact=str(output / "config.json") if committed else None,
+                needs=(f"s{run.stage}/{run.name}/pretrain/{run.steps}",))
+
+
 def data_unit_ids(vocab: str) -> Tuple[str, ...]:
     return ("s1/data/vocab_learned", f"s1/data/build_{vocab}") if vocab == "learned" else (f"s1/data/build_{vocab}",)
 
@@ -224,8 +236,12 @@ def pretraining_units(ctx: Context, run: Run, flops_per_step: float) -> List[Uni
 
 
 def finetune_units(ctx: Context, stage: int, vocab: str, tasks: Sequence[str], run: Optional[Run] = None,
-                   step: Optional[int] = None) -> List[Unit]:
-    """Fine-tuning trials of a run's checkpoint at `step`, or of random init (run None), per task and seed."""
+                   step: Optional[int] = None, export: Optional[Unit] = None) -> List[Unit]:
+    """Fine-tuning trials of a run's checkpoint at `step`, or of random init (run None), per task and seed.
+    With the `export` unit of that checkpoint (its committed float16 HF copy), a trial needs the
+    export, not the checkpoint: on a machine without the checkpoint (the output dir is not in git)
+    it starts from the export (`worker.do_finetune`) instead of pretraining the run again, which
+    on another CPU would give another model than the one the earlier trials fine-tuned."""
     s = ctx.settings
     base = {**s.model_hparams, "vocab_size": ctx.vocab_size(vocab), "vocab_file": str(ctx.vocab_file(vocab)),
             "recipe": "paper", "num_trials": 1, "raw_data_dir": str(ctx.glue_dir), "keep_all_models": False,
@@ -237,15 +253,18 @@ def finetune_units(ctx: Context, stage: int, vocab: str, tasks: Sequence[str], r
     else:
         prefix = f"s{stage}/{run.name}/ft/{step}"
         source = {"init_checkpoint": str(ctx.probe_prefix(run, step))}
-        needs = (f"s{run.stage}/{run.name}/pretrain/{step}",)
+        if export is not None and export.artifact is None:
+            export = None  # not committed: no fallback
+        needs = (f"s{run.stage}/{run.name}/pretrain/{step}",) if export is None else (export.id,)
     units = []
     for task in tasks:
         for seed in s.seeds:
             scratch = ctx.output_dir / "finetuning" / prefix / task / f"seed{seed}"
             hparams = {**base, **source, "task_names": [task], "seed": seed,
                        "finetuning_models_dir": str(scratch / "models"), "results_dir": str(scratch / "results")}
+            fallback = {} if export is None else {"export": export.params["output"]}
             units.append(Unit(f"{prefix}/{task}/seed{seed}", "finetune",
-                              {"hparams": hparams, "task": task, "seed": seed}, needs=needs))
+                              {"hparams": hparams, "task": task, "seed": seed, **fallback}, needs=needs))
     return units
 
 

@@ -288,16 +288,21 @@ def do_eval(params: dict, output_dir: Path) -> dict:
 
 
 def do_finetune(params: dict, output_dir: Path) -> dict:
+    """One trial, from the checkpoint, or from its committed float16 export where this machine does
+    not have the checkpoint (a new machine; `units.finetune_units`); the result says which."""
     import tf_keras
     from finetune.config import FinetuningConfig
     from finetune.runner import run
-    hparams = params["hparams"]
+    hparams, start = params["hparams"], {}
+    checkpoint = hparams.get("init_checkpoint")
+    if checkpoint and params.get("export") and not Path(checkpoint + ".index").exists():
+        hparams, start = {**hparams, "init_checkpoint": params["export"]}, {"started_from": "float16 export"}
     scratch = Path(hparams["results_dir"]).parent
     shutil.rmtree(scratch, ignore_errors=True)
     document = run(FinetuningConfig.from_hparams("replication", str(output_dir), hparams), stream=sys.stdout)
     shutil.rmtree(scratch, ignore_errors=True)
     tf_keras.backend.clear_session()
-    return {"task": params["task"], "seed": params["seed"], "scores": document["trials"][0]}
+    return {"task": params["task"], "seed": params["seed"], "scores": document["trials"][0], **start}
 
 
 def do_export(params: dict, output_dir: Path) -> dict:
