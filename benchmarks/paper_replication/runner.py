@@ -87,7 +87,10 @@ class RunLock:
     def __enter__(self):
         current = read_json(self.path)  # None when missing or damaged
         pid = (current or {}).get("pid")
-        if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+        if isinstance(pid, int) and pid != os.getpid() and _alive(pid) and not _a_run(pid):
+            print(f"warning: {self.path} names pid {pid}, which is now another program (the session that "
+                  "wrote it ended); ignoring it", file=sys.stderr)
+        elif isinstance(pid, int) and pid != os.getpid() and _alive(pid):
             group = current.get("pgid", pid)
             raise SystemExit(f"error: another run (pid {pid}) is active on {self.path.parent}; "
                              f"pause it with kill -STOP -{group}, resume with kill -CONT -{group}")
@@ -101,6 +104,15 @@ class RunLock:
     def __exit__(self, *exc):
         self.path.unlink(missing_ok=True)
         signal.signal(signal.SIGTERM, self.previous)
+
+
+def _a_run(pid: int) -> bool:
+    """Whether the live process `pid` is a replication run: its command line names replicate_paper.
+    A session's end kills the run without removing run.pid, and a later process may get its pid."""
+    try:
+        return b"replicate_paper" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile, or no /proc: trust the pid
+        return _alive(pid)
 
 
 def _alive(pid: int) -> bool:
