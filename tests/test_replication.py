@@ -171,12 +171,16 @@ def test_a_damaged_result_copy_is_ignored(tmp_path, capsys):
 
 def test_a_unit_run_again_keeps_its_earlier_time(tmp_path):
     """A new machine that lost a probe copy trains its segment again: the unit's new result replaces
-    the old one, and the old run's time stays counted (the cap counts all time spent)."""
+    the old one, and the old run's time stays counted (the cap counts all time spent), with its
+    training log."""
     ctx = Context(QUICK, tmp_path / "out", tmp_path / "results", tmp_path, tmp_path)
     unit = Unit("s1/pilot/pretrain/10", "pretrain", {}, artifact=str(tmp_path / "gone.index"))
-    ctx.store.write(unit.id, {"seconds": 30.0, "machine_seconds": 20.0, "worker": "first"})
-    ctx.store.write(unit.id, {"seconds": 5.0, "machine_seconds": 4.0, "worker": "second"})
+    log = [{"step": 10, "loss": 2.5}]
+    ctx.store.write(unit.id, {"seconds": 30.0, "machine_seconds": 20.0, "worker": "first", "train_log": log})
+    ctx.store.write(unit.id, {"seconds": 5.0, "machine_seconds": 4.0, "worker": "second", "train_log": []})
     assert ctx.result(unit.id)["worker"] == "second"
+    assert ctx.store.unrecorded(unit.id) == [{"seconds": 30.0, "machine_seconds": 20.0, "train_log": log,
+                                              "superseded": True}]
     assert ctx.spent([unit]) == 24.0 and ctx.spent([unit], machine=False) == 35.0
     ctx.store.write(unit.id, {"seconds": 1.0})  # a result without a worker (older records) is kept too
     ctx.store.write(unit.id, {"seconds": 2.0})
@@ -195,9 +199,12 @@ def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
             if b"replicate_paper" in cmdline.read_bytes():
                 break
             time.sleep(0.05)
-        (out / "run.pid").write_text(json.dumps({"pid": live.pid, "pgid": 4242}))
-        with pytest.raises(SystemExit, match=f"another run \\(pid {live.pid}\\) is active .* kill -STOP -4242"):
-            runner.RunLock(out).__enter__()
+        ticks = runner._start_ticks(live.pid)
+        for record in ({"pid": live.pid, "pgid": 4242}, {"pid": live.pid, "pgid": 4242, "start_ticks": ticks}):
+            (out / "run.pid").write_text(json.dumps(record))  # as written before start times were kept, and now
+            with pytest.raises(SystemExit, match=f"another run \\(pid {live.pid}\\) is active .* kill -STOP -4242"):
+                runner.RunLock(out).__enter__()
+        assert not runner._a_run(live.pid, {"start_ticks": ticks - 1})  # its pid, another process's start
     finally:
         live.kill()
         live.wait()

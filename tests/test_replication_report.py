@@ -49,12 +49,14 @@ def test_status_foresees_stages_3_and_4_while_stage_2_runs(tmp_path, monkeypatch
     assert status.status(ctx).splitlines()[-4:] == [
         "stage 3: not planned yet (waits for stage 2's results)",
         "stage 4: not planned yet (waits for stage 2's results)",
-        "  once stage 2 ends: 2 units, ETA 3h20m (3h00m machine time; s4_lr_5e-4 1,200 steps)",
+        "  after stage 3: 2 units, ETA 3h20m (3h00m machine time; s4_lr_5e-4 1,200 steps)",
         "remaining (planned units): 2, ETA 3h20m"]
     ctx.store.write(second.id, {"seconds": 15 * 3600.0, "machine_seconds": 14 * 3600.0})  # 30.0 h: at the cap
     assert "it will not run" not in status.status(ctx)
     ctx.store.write(third.id, {"seconds": 2000.0, "machine_seconds": 1800.0})  # 30.5 h: over it
-    assert "  it will not run: stages 1-2 have used 30.5 h of the 30 h cap" in status.status(ctx).splitlines()
+    lines = status.status(ctx).splitlines()
+    assert "  it will not run: stages 1-2 have used 30.5 h of the 30 h cap" in lines
+    assert lines[-2].startswith("  once stage 2 ends: 2 units, ETA ")  # stage 3 will not come first
 
 
 @pytest.mark.parametrize("fits, last, expected", [

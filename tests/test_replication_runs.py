@@ -114,6 +114,7 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert json.loads((exported / "config.json").read_text())["dtype"] == "float16"
     assert stage2["exports"]["s2/export/electra"]["committed"] is True
     assert stage2["exports"]["s2/export/electra"]["path"] == "hf/electra"  # movable with the results dir
+    assert len(stage2["exports"]["s2/export/electra"]["probe_sha256"]) == 64  # which checkpoint it was made from
     assert stage2["throughput"]["s2/throughput/electra_learned"]["tokens_per_machine_second"] > 0
 
     # a new machine: the output dir is gone (results and vocab are committed) and a trial of the
@@ -128,6 +129,8 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert [[u.id for u in pending] for pending in by_stage] == [[], [f"s2/s2_bert/ft/{final}/sts/seed1"]]
     (trial,) = by_stage[1]
     assert trial.needs == ("s2/export/bert",) and trial.params["export"] == str(results_dir / "hf" / "bert")
+    assert trial.params["exported"] == json.loads((results_dir / "units" / "s2" / "export" / "bert.json").read_text())[
+        "probe_sha256"]
     # a trial of an earlier checkpoint, which has no export: its run is trained again (to that
     # checkpoint), which first needs stage 1's data built again
     (results_dir / "units" / "s2" / "s2_bert" / "ft" / str(first) / "sts" / "seed1.json").unlink()

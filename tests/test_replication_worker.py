@@ -357,12 +357,15 @@ def test_eta_counts_only_steps_after_the_newest_checkpoint(tmp_path):
     later = Unit("s1/run/pretrain/200", "pretrain", {**unit.params, "step": 200, "from_step": 100})
     assert estimator.seconds(later) == 60.0  # from ckpt-140, not from the segment's start
     (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\n')
-    assert estimator.seconds(later, first_of_run=False) == 100.0  # after the earlier segment: from its own start
+    assert estimator.seconds(later, trained_to=100) == 100.0  # after the earlier segment: from its end
     assert estimator.seconds(later) == 160.0  # the first to train: from ckpt-40
     assert estimator.total([unit, later]) == 160.0 == estimator.total([later])
     (model_dir / "checkpoint").write_bytes(b"\xff\xfe garbled")
-    assert estimator.seconds(later, first_of_run=False) == 100.0
+    assert estimator.seconds(later, trained_to=100) == 100.0
     assert estimator.total([later]) == 200.0  # no checkpoint to resume (as on a new machine): from step 0
+    # segments 100 and 300 pending, 200 not: the worker trains through 200 all the same
+    third = Unit("s1/run/pretrain/300", "pretrain", {**unit.params, "step": 300, "from_step": 200})
+    assert estimator.total([unit, third]) == 300.0
 
 
 def test_eta_ignores_the_time_a_paused_unit_stood_still(tmp_path):
@@ -431,11 +434,13 @@ def test_eta_prefers_what_was_measured_on_this_cpu(tmp_path):
 
 
 def test_a_trial_whose_checkpoint_is_gone_starts_from_the_committed_export(tmp_path, monkeypatch):
-    """A trial of a run's final checkpoint starts from the checkpoint where this machine has it, and
-    from the committed float16 export where it does not (a new machine), saying so in its result,
-    rather than pretraining the run again (another CPU would train another model)."""
+    """A trial of a run's final checkpoint starts from the checkpoint where this machine has the one
+    the export was made from, and from the committed float16 export where it does not (a new
+    machine, or the run trained again there), saying so in its result: another CPU trains another
+    model, which the earlier trials did not fine-tune."""
     import finetune.runner
     from paper_replication import worker
+    from paper_replication.units import checkpoint_fingerprint
     started = []
 
     def run(config, stream):
@@ -444,12 +449,17 @@ def test_a_trial_whose_checkpoint_is_gone_starts_from_the_committed_export(tmp_p
 
     monkeypatch.setattr(finetune.runner, "run", run)
     probe, export = tmp_path / "probes" / "run" / "ckpt-20", tmp_path / "hf" / "run"
-    params = {"task": "sst", "seed": 1, "export": str(export),
+    params = {"task": "sst", "seed": 1, "export": str(export), "exported": None,
               "hparams": {"task_names": ["sst"], "init_checkpoint": str(probe),
                           "results_dir": str(tmp_path / "ft" / "results")}}
     gone = worker.do_finetune(params, tmp_path / "out")
     assert started == [str(export)] and gone["started_from"] == "float16 export"
     probe.parent.mkdir(parents=True)
-    (probe.parent / "ckpt-20.index").write_text("x")
-    here = worker.do_finetune(params, tmp_path / "out")
+    (probe.parent / "ckpt-20.index").write_text("the exported model")
+    here = worker.do_finetune(params, tmp_path / "out")  # an export recorded without its checkpoint's print
     assert started[1] == str(probe) and "started_from" not in here and here["scores"] == {"sst": {"accuracy": 50.0}}
+    params["exported"] = checkpoint_fingerprint(probe)
+    assert "started_from" not in worker.do_finetune(params, tmp_path / "out") and started[2] == str(probe)
+    (probe.parent / "ckpt-20.index").write_text("the run trained again")
+    assert worker.do_finetune(params, tmp_path / "out")["started_from"] == "float16 export"
+    assert started[3] == str(export)

@@ -72,20 +72,20 @@ class Estimator:
         rates = _on([sample for samples in run_rates.values() for sample in samples])
         self.flops_per_second = statistics.median(rates) if rates else PRIOR_FLOPS_PER_SECOND
 
-    def seconds(self, unit: Unit, first_of_run: bool = True) -> float:
+    def seconds(self, unit: Unit, trained_to: int = 0) -> float:
         """The unit's estimated wall seconds."""
-        return self.machine_seconds(unit, first_of_run) * self.wall_per_machine
+        return self.machine_seconds(unit, trained_to) * self.wall_per_machine
 
-    def machine_seconds(self, unit: Unit, first_of_run: bool = True) -> float:
-        """The unit's estimated machine seconds. A pretraining segment trains from its run's newest
-        checkpoint when it is the first of its run still to train (`first_of_run`): from step 0 on
-        a new machine, whatever its `from_step`; a later one from where the segment before ends."""
+    def machine_seconds(self, unit: Unit, trained_to: int = 0) -> float:
+        """The unit's estimated machine seconds. A pretraining segment's worker trains its run from
+        the newest checkpoint (step 0 on a new machine, whatever the segment's `from_step`) or from
+        `trained_to`, where the run's pending segment before it ends, straight through to its step."""
         params = unit.params
         if unit.kind == "pretrain":
             rates = self.run_rates.get(params["run"])
             rate = statistics.median(rates) if rates else self.flops_per_second
             resumed = latest_checkpoint_step(Path(params["hparams"]["model_dir"]))
-            start = min(resumed if first_of_run else max(params["from_step"], resumed), params["step"])
+            start = min(max(trained_to, resumed), params["step"])
             return (params["step"] - start) * params["flops_per_step"] / rate
         if unit.kind == "finetune" and self.seconds_per_pass is not None:
             return train_passes(self.ctx, params["task"]) * self.seconds_per_pass
@@ -98,11 +98,14 @@ class Estimator:
         return self.machine_total(units) * self.wall_per_machine
 
     def machine_total(self, units: Sequence[Unit]) -> float:
-        """Estimated machine seconds of the units, run in this order (each run's first pending
-        segment trains from its newest checkpoint)."""
-        runs, total = set(), 0.0
+        """Estimated machine seconds of the units, run in this order (a run's pending segments are
+        trained in one go, from its newest checkpoint)."""
+        trained_to: Dict[str, int] = {}
+        total = 0.0
         for unit in units:
-            run = unit.params.get("run") if unit.kind == "pretrain" else None
-            total += self.machine_seconds(unit, first_of_run=run not in runs)
-            runs.add(run)
+            if unit.kind == "pretrain":
+                total += self.machine_seconds(unit, trained_to.get(unit.params["run"], 0))
+                trained_to[unit.params["run"]] = unit.params["step"]
+            else:
+                total += self.machine_seconds(unit)
         return total

@@ -87,7 +87,7 @@ class RunLock:
     def __enter__(self):
         current = read_json(self.path)  # None when missing or damaged
         pid = (current or {}).get("pid")
-        if isinstance(pid, int) and pid != os.getpid() and _alive(pid) and not _a_run(pid):
+        if isinstance(pid, int) and pid != os.getpid() and _alive(pid) and not _a_run(pid, current):
             print(f"warning: {self.path} names pid {pid}, which is now another program (the session that "
                   "wrote it ended); ignoring it", file=sys.stderr)
         elif isinstance(pid, int) and pid != os.getpid() and _alive(pid):
@@ -98,7 +98,8 @@ class RunLock:
             os.setpgid(0, 0)  # its own process group, so kill -STOP -<pgid> pauses it and its workers only
         # SIGTERM unwinds: the worker is stopped, this file removed
         self.previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        write_json(self.path, {"pid": os.getpid(), "pgid": os.getpgrp(), "started": time.time()})
+        write_json(self.path, {"pid": os.getpid(), "pgid": os.getpgrp(), "started": time.time(),
+                               "start_ticks": _start_ticks(os.getpid())})
         return self
 
     def __exit__(self, *exc):
@@ -106,13 +107,26 @@ class RunLock:
         signal.signal(signal.SIGTERM, self.previous)
 
 
-def _a_run(pid: int) -> bool:
-    """Whether the live process `pid` is a replication run: its command line names replicate_paper.
-    A session's end kills the run without removing run.pid, and a later process may get its pid."""
+def _a_run(pid: int, record: dict) -> bool:
+    """Whether the live process `pid` is the run that wrote `record` (run.pid): the same start time
+    (or, in a file written before it was kept, a command line naming replicate_paper). A session's
+    end kills the run without removing run.pid, and a later process may get its pid."""
+    if record.get("start_ticks") is not None and _start_ticks(pid) is not None:
+        return _start_ticks(pid) == record["start_ticks"]
     try:
         return b"replicate_paper" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:  # gone meanwhile, or no /proc: trust the pid
         return _alive(pid)
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """When the process started, in clock ticks since boot (/proc/<pid>/stat's 22nd field); None
+    without /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])
 
 
 def _alive(pid: int) -> bool:

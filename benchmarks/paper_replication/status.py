@@ -14,11 +14,11 @@ from paper_replication.units import Context, Unit, latest_checkpoint_step
 def status(ctx: Context, last_stage: int = 4) -> str:
     """What is done, what remains and the ETA, per stage. It plans without recording: a budget or
     schedule planned for the first time here is recorded by the run that uses it."""
-    ctx.records = False
+    records, ctx.records = ctx.records, False
     try:
         plans = plan_all(ctx, last_stage)
     finally:
-        ctx.records = True
+        ctx.records = records
     estimator = Estimator(ctx, [u for plan in plans for u in plan.units])
     lines, total = [f"output {ctx.output_dir}, results {ctx.results_dir}; budgets count {ctx.clock} seconds"], 0.0
     by_stage = pending_by_stage(ctx, plans)
@@ -68,14 +68,16 @@ def _foreseen(ctx: Context, plans: List[StagePlan], number: int, estimator: Esti
     stages 1-2's plans alone, so its units and their estimate are known (nothing is recorded)."""
     if len(plans) != 2 or not plans[1].runs:
         return []
+    used = plans[1].budget["stage1_hours"] + ctx.spent(plans[1].units) / 3600
+    stage3_out = not ctx.settings.quick and used > ctx.settings.cap_hours
     if number == 3:
-        used = plans[1].budget["stage1_hours"] + ctx.spent(plans[1].units) / 3600
-        over = not ctx.settings.quick and used > ctx.settings.cap_hours
-        return [f"  it will not run: stages 1-2 have used {used:.1f} h of the {ctx.settings.cap_hours:g} h cap"] * over
+        return [f"  it will not run: stages 1-2 have used {used:.1f} h of the {ctx.settings.cap_hours:g} h cap"] * \
+            stage3_out
     if number == 4:
         preview = plan_stage4(ctx, plans[0], plans[1])
         machine = estimator.machine_total(preview.units)
-        return [f"  once stage 2 ends: {len(preview.units)} units, ETA {duration(estimator.total(preview.units))} "
+        after = "once stage 2 ends" if stage3_out else "after stage 3"
+        return [f"  {after}: {len(preview.units)} units, ETA {duration(estimator.total(preview.units))} "
                 f"({duration(machine)} {ctx.clock} time; "
                 + ", ".join(f"{run.name} {run.steps:,} steps" for run in preview.runs) + ")"]
     return []

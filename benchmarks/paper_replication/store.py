@@ -64,10 +64,11 @@ class Store:
     def write(self, unit_id: str, result: dict) -> None:
         """Writes the unit's result. A unit run again (a new machine lost the checkpoint or probe a
         pending unit needs) keeps its earlier run's time as that worker's unrecorded record: the
-        time was spent, and budgets count it."""
+        time was spent, and budgets count it. A pretraining segment's earlier training log stays
+        there too (git has the rest of the earlier record)."""
         earlier = self.read(unit_id)
         if earlier is not None and (earlier.get("worker") is None or earlier["worker"] != result.get("worker")):
-            record = {key: earlier[key] for key in ("seconds", "machine_seconds", "cpu") if key in earlier}
+            record = {key: earlier[key] for key in ("seconds", "machine_seconds", "cpu", "train_log") if key in earlier}
             name = earlier.get("worker") or f"earlier-{time.time_ns()}"
             self.write_unrecorded(unit_id, name, {**record, "superseded": True})
         for path in self._paths(unit_id):

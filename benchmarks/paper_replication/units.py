@@ -9,6 +9,7 @@ and a pending unit needs it. Planning is pure Python (no TensorFlow), so `--stat
 
 import dataclasses
 import functools
+import hashlib
 import math
 import platform
 import re
@@ -185,6 +186,13 @@ def run_hparams(ctx: Context, run: Run) -> dict:
             **dict(run.hparams)}
 
 
+def checkpoint_fingerprint(prefix) -> Optional[str]:
+    """The sha256 of a checkpoint's .index file (its tensors' offsets and checksums), None if it is
+    not there: a checkpoint trained again, on another CPU, is another model with another one."""
+    index = Path(str(prefix) + ".index")
+    return hashlib.sha256(index.read_bytes()).hexdigest() if index.is_file() else None
+
+
 def latest_checkpoint_step(model_dir: Path) -> int:
     """The step of the run's newest checkpoint (0 before the first): where a resumed run starts."""
     state = model_dir / "checkpoint"
@@ -239,9 +247,10 @@ def finetune_units(ctx: Context, stage: int, vocab: str, tasks: Sequence[str], r
                    step: Optional[int] = None, export: Optional[Unit] = None) -> List[Unit]:
     """Fine-tuning trials of a run's checkpoint at `step`, or of random init (run None), per task and seed.
     With the `export` unit of that checkpoint (its committed float16 HF copy), a trial needs the
-    export, not the checkpoint: on a machine without the checkpoint (the output dir is not in git)
-    it starts from the export (`worker.do_finetune`) instead of pretraining the run again, which
-    on another CPU would give another model than the one the earlier trials fine-tuned."""
+    export, not the checkpoint: on a machine without the checkpoint (the output dir is not in git),
+    or with the checkpoint trained again, it starts from the export (`worker.do_finetune`) instead
+    of another model than the one the earlier trials fine-tuned (a run trained again on another
+    CPU is one)."""
     s = ctx.settings
     base = {**s.model_hparams, "vocab_size": ctx.vocab_size(vocab), "vocab_file": str(ctx.vocab_file(vocab)),
             "recipe": "paper", "num_trials": 1, "raw_data_dir": str(ctx.glue_dir), "keep_all_models": False,
@@ -262,7 +271,8 @@ def finetune_units(ctx: Context, stage: int, vocab: str, tasks: Sequence[str], r
             scratch = ctx.output_dir / "finetuning" / prefix / task / f"seed{seed}"
             hparams = {**base, **source, "task_names": [task], "seed": seed,
                        "finetuning_models_dir": str(scratch / "models"), "results_dir": str(scratch / "results")}
-            fallback = {} if export is None else {"export": export.params["output"]}
+            fallback = {} if export is None else {  # and the checkpoint the export was made from
+                "export": export.params["output"], "exported": (ctx.result(export.id) or {}).get("probe_sha256")}
             units.append(Unit(f"{prefix}/{task}/seed{seed}", "finetune",
                               {"hparams": hparams, "task": task, "seed": seed, **fallback}, needs=needs))
     return units

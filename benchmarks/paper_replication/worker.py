@@ -28,7 +28,7 @@ from pathlib import Path
 from electra_tf.cli import use_pooled_cpu_allocator
 from paper_replication.progress_log import Tee
 from paper_replication.store import Store
-from paper_replication.units import cpu_description, latest_checkpoint_step
+from paper_replication.units import checkpoint_fingerprint, cpu_description, latest_checkpoint_step
 
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
 CORES = os.cpu_count() or 1
@@ -289,14 +289,16 @@ def do_eval(params: dict, output_dir: Path) -> dict:
 
 def do_finetune(params: dict, output_dir: Path) -> dict:
     """One trial, from the checkpoint, or from its committed float16 export where this machine does
-    not have the checkpoint (a new machine; `units.finetune_units`); the result says which."""
+    not have the checkpoint the export was made from (`units.finetune_units`); the result says which."""
     import tf_keras
     from finetune.config import FinetuningConfig
     from finetune.runner import run
     hparams, start = params["hparams"], {}
-    checkpoint = hparams.get("init_checkpoint")
-    if checkpoint and params.get("export") and not Path(checkpoint + ".index").exists():
-        hparams, start = {**hparams, "init_checkpoint": params["export"]}, {"started_from": "float16 export"}
+    if params.get("export"):
+        here = checkpoint_fingerprint(hparams["init_checkpoint"])
+        exported = params.get("exported") or here  # unknown for an export recorded before it was kept
+        if here is None or here != exported:  # gone, or trained again since the export
+            hparams, start = {**hparams, "init_checkpoint": params["export"]}, {"started_from": "float16 export"}
     scratch = Path(hparams["results_dir"]).parent
     shutil.rmtree(scratch, ignore_errors=True)
     document = run(FinetuningConfig.from_hparams("replication", str(output_dir), hparams), stream=sys.stdout)
@@ -321,7 +323,7 @@ def do_export(params: dict, output_dir: Path) -> dict:
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(discriminator, target)
     # a committed export's path is relative to the results dir, where this record is committed too
-    return {"role": role, "bytes": size, "committed": size < 20e6,
+    return {"role": role, "bytes": size, "committed": size < 20e6, "probe_sha256": checkpoint_fingerprint(probe),
             "path": str(target.relative_to(target.parents[1]) if size < 20e6 else discriminator)}
 
 
