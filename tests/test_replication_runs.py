@@ -358,8 +358,8 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     assert runner.execute(ctx, 4, write_report) == 0
     table = (results / "table.md").read_text()
     assert "## Stage 4: diagnostics of electra (outside the plan and the cap" in table
-    assert ("- 1 trial started from the float16 export, the checkpoint not being on the machine that ran them: "
-            "s4/s4_lr_5e-4/ft/4520/rte/seed3\n") in table
+    assert ("- 1 trial started from the float16 export (the machine that ran them did not have the checkpoint it "
+            "was made from): s4/s4_lr_5e-4/ft/4520/rte/seed3\n") in table
     assert table.count("- HF export (s4_") == 3
     assert "| electra (full_generator) | 2960 |" in table and "| electra (lr_5e-4) | 4520 |" in table
     assert ("- electra (full_generator), step 2960: learns (held-out loss 0.0520 nats below the constant "

@@ -257,8 +257,9 @@ def write_table(results: dict, path: Path) -> None:
             lines += [_export(unit_id, result) for unit_id, result in stage["exports"].items()]
             if stage["trials_from_export"]:
                 count = len(stage["trials_from_export"])
-                lines.append(f"- {count} trial{'s' * (count > 1)} started from the float16 export, the checkpoint "
-                             f"not being on the machine that ran them: {', '.join(stage['trials_from_export'])}")
+                lines.append(f"- {count} trial{'s' * (count > 1)} started from the float16 export (the machine that "
+                             f"ran them did not have the checkpoint it was made from): "
+                             + ", ".join(stage["trials_from_export"]))
             lines += ["", "Reading (learns, transfers):", ""] * ("readings" in stage) + [
                 f"- {line}" for line in stage.get("readings", [])]
             lines += ["", "Checkpoints (held-out metrics over real tokens; disc loss beside the constant "
