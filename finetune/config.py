@@ -93,6 +93,12 @@ class FinetuningConfig(HParams):
     predict_batch_size: int = 32
     double_unordered: bool = True
     dynamic_padding: bool = True  # pad each batch to its longest example, length-bucketed
+    # true: only full batches, floor(n / batch) steps an epoch (this package before 2026-11-27, which
+    # the paper replication keeps); false: the original's ceil(n / batch), the remainder in a last batch
+    drop_last_partial_batch: bool = False
+    # SQuAD 1.1 training: leave out the windows without the answer (the original's comment says so,
+    # but its code keeps them, pointing at [CLS]; false keeps them too)
+    drop_windows_without_answer: bool = False
     max_examples: Optional[int] = None  # read at most this many rows per file (debug: 100)
     random_init: bool = False  # skip the pretrained weights: the randomly initialised baseline
     # QA (the original's; for the SQuAD tasks)

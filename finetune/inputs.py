@@ -98,28 +98,33 @@ def pad_batch(features: Features, indices: Sequence[int], pad_to: Optional[int] 
             "targets": features.targets[indices]}
 
 
-def epoch_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, dynamic: bool) -> List[np.ndarray]:
-    """One epoch's full batches of example indices, in random order (the last partial batch is dropped,
-    as the original's `drop_remainder`). With `dynamic`, buckets of BUCKET_BATCHES batches of shuffled
-    examples are sorted by length before being cut into batches."""
+def epoch_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, dynamic: bool,
+                  keep_partial: bool = True) -> List[np.ndarray]:
+    """One epoch's batches of example indices, in random order: every example once, the remainder in
+    a smaller batch (the original pads its data to a multiple of the batch with rows of zero loss,
+    so its last batch trains on the remainder alone; with the summed loss the two are the same), or
+    with `keep_partial` false only the full batches. With `dynamic`, buckets of BUCKET_BATCHES
+    batches of shuffled examples are sorted by length before being cut into batches."""
     order = rng.permutation(len(lengths))
     if dynamic:
         bucket = batch_size * BUCKET_BATCHES
         order = np.concatenate([chunk[np.argsort(lengths[chunk], kind="stable")]
                                 for chunk in np.split(order, range(bucket, len(order), bucket))])
-    batches = [order[i:i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+    end = len(order) if keep_partial else len(order) - batch_size + 1
+    batches = [order[i:i + batch_size] for i in range(0, end, batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def train_batches(features: Features, batch_size: int, num_steps: int, rng: np.random.Generator,
-                  dynamic: bool, max_seq_length: int, make_batch=pad_batch, start: int = 0) -> Iterator[dict]:
+                  dynamic: bool, max_seq_length: int, make_batch=pad_batch, start: int = 0,
+                  keep_partial: bool = True) -> Iterator[dict]:
     """Training batches `start + 1` .. `num_steps`, epoch after epoch (made by `make_batch`, a task's
     own for SQuAD and chunking). The first `start` are drawn from `rng` but not made, so a resumed
     run gets the batches it would have had."""
     lengths = features.lengths
     produced = 0
     while produced < num_steps:
-        for indices in epoch_batches(lengths, batch_size, rng, dynamic)[:num_steps - produced]:
+        for indices in epoch_batches(lengths, batch_size, rng, dynamic, keep_partial)[:num_steps - produced]:
             if produced >= start:
                 yield make_batch(features, indices, None if dynamic else max_seq_length)
             produced += 1
@@ -134,5 +139,7 @@ def eval_batches(features: Features, batch_size: int, dynamic: bool, max_seq_len
         yield indices, make_batch(features, indices, None if dynamic else max_seq_length)
 
 
-def steps_per_epoch(num_examples: int, batch_size: int) -> int:
-    return num_examples // batch_size
+def steps_per_epoch(num_examples: int, batch_size: int, keep_partial: bool = True) -> int:
+    """The original's: its examples padded up to a multiple of the batch, then divided (`keep_partial`);
+    else the full batches alone."""
+    return -(-num_examples // batch_size) if keep_partial else num_examples // batch_size

@@ -165,7 +165,8 @@ class Trial:
         A signal `interrupt` received before the last step stops the trial with a checkpoint; one
         received during the last step is left to `run`, which stops after this trial."""
         config, train = self.config, self.data.train
-        per_epoch = steps_per_epoch(len(train), config.train_batch_size)
+        keep_partial = not config.drop_last_partial_batch
+        per_epoch = steps_per_epoch(len(train), config.train_batch_size, keep_partial)
         num_steps = int(per_epoch * config.num_train_epochs)
         if num_steps < 1:
             raise InputError(f"{len(train)} training examples, train_batch_size {config.train_batch_size} and "
@@ -183,7 +184,7 @@ class Trial:
         scores, best, best_scores, start = state["scores"], state["best"], state["best_scores"], state["step"]
         loss_sum, logged = 0.0, start
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
-                                config.max_seq_length, self.make_batch, start=start)
+                                config.max_seq_length, self.make_batch, start=start, keep_partial=keep_partial)
         for step, batch in enumerate(batches, start=start + 1):
             loss = float(train_step(batch))
             if not math.isfinite(loss):

@@ -49,7 +49,8 @@ class SquadTask:
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> squad.QAFeatures:
         return squad.featurize(examples, tokenizer, config.max_seq_length, config.doc_stride,
                                config.max_query_length, task_id,
-                               drop_windows_without_answer=split == "train" and not self.v2)
+                               drop_windows_without_answer=config.drop_windows_without_answer and split == "train"
+                               and not self.v2)
 
     def make_head(self, config, hidden_size: int) -> QAHead:
         return QAHead(self.name, hidden_size, config.beam_size, config.joint_prediction,

@@ -233,9 +233,9 @@ def max_context(spans: List[Tuple[int, int]], num_tokens: int) -> List[np.ndarra
 
 def featurize(examples: Sequence[Example], tokenizer: Tokenizer, max_seq_length: int, doc_stride: int,
               max_query_length: int, task_id: int = 0, drop_windows_without_answer: bool = False) -> QAFeatures:
-    """Every window of every example (see the module docstring). With `drop_windows_without_answer`
-    (SQuAD 1.1 training, as the original) a window that does not hold the gold answer is left out;
-    otherwise it points at [CLS] (start = end = 0), a no-answer window for SQuAD 2.0."""
+    """Every window of every example (see the module docstring). A window that does not hold the
+    gold answer points at [CLS] (start = end = 0), as in the original's code for SQuAD 1.1 and 2.0
+    alike; with `drop_windows_without_answer` (an option for SQuAD 1.1 training) it is left out."""
     doc_tokens = tokenize_paragraphs([e.paragraph for e in examples], tokenizer)
     questions = _tokenize(tokenizer, [e.question for e in examples])
     rows = {name: [] for name in ("token_ids", "segment_ids", "eids", "example_index", "doc_start", "doc_offset",

@@ -362,3 +362,14 @@ def test_signal_in_a_trials_last_step_stops_the_run_after_that_trial(data_dir, c
     trials = json.loads(results.read_text())["trials"]
     assert len(trials) == 2 and trials[0] == first[0]
     assert not list(models.glob("mrpc_model_*/interrupted.json"))
+
+
+@pytest.mark.parametrize("drop, steps", [(False, 3), (True, 2)])
+def test_an_epoch_ends_with_its_remainder_as_the_original(data_dir, capsys, drop, steps):
+    """48 CoLA rows in batches of 20: the original's ceil(48 / 20) = 3 steps an epoch (its data padded
+    to a multiple of the batch with rows of zero loss), the last on the 8 rows left; with
+    drop_last_partial_batch the 2 full batches alone."""
+    code, out, err = run_cli(data_dir, capsys, task_names=["cola"], random_init=True, train_batch_size=20,
+                             drop_last_partial_batch=drop, keep_all_models=False)
+    assert code == 0, err
+    assert re.search(rf"^\[trial 1\] train: {steps}/{steps} steps", out, flags=re.M), out

@@ -10,7 +10,7 @@ import sklearn.metrics
 from electra_tf.errors import InputError
 from finetune import glue, scorers
 from finetune.config import FinetuningConfig
-from finetune.inputs import Features, epoch_batches, pad_batch, truncate_pair
+from finetune.inputs import Features, epoch_batches, pad_batch, steps_per_epoch, truncate_pair
 from finetune.results import aggregate, format_table, write_results
 
 # MANIFEST.md's verified row counts (train, dev, test); QNLI ships without train.
@@ -151,15 +151,21 @@ def test_length_bucketing_pads_to_the_longest_in_each_batch():
     features = _features(lengths)
     dynamic = epoch_batches(lengths, 32, np.random.default_rng(2), dynamic=True)
     fixed = epoch_batches(lengths, 32, np.random.default_rng(2), dynamic=False)
-    for batches in (dynamic, fixed):
-        assert len(batches) == 1000 // 32 and all(len(b) == 32 for b in batches)
-        assert len(np.unique(np.concatenate(batches))) == 32 * 31  # no example twice in an epoch
-    padded = lambda batches: sum(32 * lengths[b].max() for b in batches)
+    for batches in (dynamic, fixed):  # the original's ceil(1000 / 32): 31 full batches and the remainder, 8
+        assert len(batches) == 32 and sorted(map(len, batches)) == [8] + [32] * 31
+        assert np.array_equal(np.sort(np.concatenate(batches)), np.arange(1000))  # every example once an epoch
+    full = epoch_batches(lengths, 32, np.random.default_rng(2), dynamic=True, keep_partial=False)
+    assert len(full) == 1000 // 32 and all(len(b) == 32 for b in full)  # drop_last_partial_batch
+    assert len(np.unique(np.concatenate(full))) == 32 * 31
+    assert (steps_per_epoch(1000, 32), steps_per_epoch(1000, 32, keep_partial=False), steps_per_epoch(992, 32)) == \
+        (32, 31, 31)
+    padded = lambda batches: sum(len(b) * lengths[b].max() for b in batches)
     assert padded(dynamic) < 0.75 * padded(fixed)  # buckets keep similar lengths together
-    batch = pad_batch(features, dynamic[0])
-    assert batch["input_ids"].shape == (32, lengths[dynamic[0]].max())
-    np.testing.assert_array_equal(batch["input_mask"].sum(1), lengths[dynamic[0]])
-    assert pad_batch(features, dynamic[0], pad_to=128)["input_ids"].shape == (32, 128)
+    first = full[0]
+    batch = pad_batch(features, first)
+    assert batch["input_ids"].shape == (32, lengths[first].max())
+    np.testing.assert_array_equal(batch["input_mask"].sum(1), lengths[first])
+    assert pad_batch(features, first, pad_to=128)["input_ids"].shape == (32, 128)
 
 
 def test_aggregate_statistics_and_files(tmp_path):

@@ -335,6 +335,9 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     assert all(t.needs == (f"s4/export/{t.id.split('/')[1]}",) and t.params["export"].endswith(t.id.split("/")[1])
                for t in trials)
     assert {u.id.split("/ft/")[1].split("/")[0] for u in trials} == {"2960", "4520"}  # final checkpoints only
+    # full batches alone, as every trial since stage 1 (the package's default is now the original's)
+    assert all(u.params["hparams"]["drop_last_partial_batch"] is True for u in stage4.units + plans[1].units
+               if u.kind == "finetune")
     # the schedules: stage 4's record their own hparams, stage 2's records stay as they were
     assert json.loads((results / "units" / "s4" / "s4_full_generator" / "schedule.json").read_text())["hparams"] \
         == {"generator_hidden_size": 1.0}

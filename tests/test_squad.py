@@ -271,10 +271,11 @@ def test_postprocessing_picks_the_right_span(tokenizer, tmp_path):
     examples = squad.read_examples(path, v2=True)
     features = squad.featurize(examples, tokenizer, 16, 4, 64)  # [CLS] who jumped ? [SEP] 10 tokens [SEP]
     assert len(features) == 3 and list(features.doc_start) == [0, 4, 8] and set(features.doc_offset) == {5}
-    # SQuAD 1.1 training drops the windows without the answer ("brown fox" = doc tokens 2..3: window 0 only)
+    # windows without the answer ("brown fox" = doc tokens 2..3: window 0 only) point at [CLS], as in
+    # the original's code; `drop_windows_without_answer` (a SQuAD 1.1 option) leaves them out
+    assert list(features.start_positions) == [7, 0, 0] and list(features.end_positions) == [8, 0, 0]
     kept = squad.featurize(examples, tokenizer, 16, 4, 64, drop_windows_without_answer=True)
     assert list(kept.doc_start) == [0] and (kept.start_positions[0], kept.end_positions[0]) == (7, 8)
-    assert list(features.start_positions) == [7, 0, 0]  # kept otherwise, pointing at [CLS]
     first = features.doc_start[0]
     # window 0 holds "brown fox" at input 7..8; the best raw score points into the question (invalid),
     # then a span ending before it starts, then one longer than max_answer_length
@@ -379,12 +380,20 @@ def test_span_task_interface_scores_and_writes_the_original_files(shared_data, t
     config = SimpleNamespace(max_seq_length=128, doc_stride=64, max_query_length=32, beam_size=20,
                              joint_prediction=True, answerable_classifier=True, answerable_uses_start_logits=True,
                              answerable_weight=0.5, n_best_size=20, max_answer_length=30, qa_na_threshold=-2.75,
-                             tasks_key="squadv1", raw_data_dir=str(data_dir))
+                             tasks_key="squadv1", raw_data_dir=str(data_dir), drop_windows_without_answer=False)
     task = span_tasks.get_span_task("squadv1")
     assert (task.v2, task.presets["max_seq_length"], span_tasks.get_span_task("mrpc")) == (False, 512, None)
     examples = task.read(data_dir, "dev", max_examples=40)
     features = task.featurize(examples, tokenizer, config, task_id=0, split="dev")
     assert len(features) > 40 and set(task.batch(features, [0, 1])) >= set(task.batch_spec)
+    # as training windows: those without the answer point at [CLS] (the original's code), or with the
+    # option are left out
+    kept = task.featurize(examples, tokenizer, config, task_id=0, split="train")
+    assert len(kept) == len(features) and 0 < (kept.start_positions == 0).sum() < len(features) - 40
+    config.drop_windows_without_answer = True
+    dropped = task.featurize(examples, tokenizer, config, task_id=0, split="train")
+    assert len(dropped) == (kept.start_positions > 0).sum() and dropped.start_positions.min() > 0
+    assert set(dropped.example_index) == set(range(40))  # each question keeps the windows with its answer
     scores = task.score(config, examples, features, _gold_beams(examples, features, 30), tmp_path / "results")
     assert list(scores)[:1] == ["f1"] and scores["exact_match"] == scores["f1"] == 100.0
     written = tmp_path / "results" / "squadv1_qa"

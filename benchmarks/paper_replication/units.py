@@ -254,7 +254,10 @@ def finetune_units(ctx: Context, stage: int, vocab: str, tasks: Sequence[str], r
     s = ctx.settings
     base = {**s.model_hparams, "vocab_size": ctx.vocab_size(vocab), "vocab_file": str(ctx.vocab_file(vocab)),
             "recipe": "paper", "num_trials": 1, "raw_data_dir": str(ctx.glue_dir), "keep_all_models": False,
-            "iterations_per_loop": 10 ** 6, "evaluate_every_epoch": False}  # scores: the final epoch's either way
+            "iterations_per_loop": 10 ** 6, "evaluate_every_epoch": False,  # scores: the final epoch's either way
+            # every trial since stage 1 has trained on full batches alone (the package's way until
+            # 2026-11-27, one step an epoch fewer than the original): kept, so all trials are alike
+            "drop_last_partial_batch": True}
     if s.max_examples is not None:
         base["max_examples"] = s.max_examples
     if run is None:
