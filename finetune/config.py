@@ -84,7 +84,7 @@ class FinetuningConfig(HParams):
     # Evaluation, checkpoints, outputs
     evaluate_every_epoch: bool = True  # dev scores after each epoch
     keep_best_model: bool = False  # use (and keep) the epoch with the best dev score
-    write_test_outputs: bool = False  # GLUE-server TSVs in results/glue_test/
+    write_test_outputs: bool = False  # GLUE-server TSVs in results/glue_test/, SQuAD 2.0's test answers
     n_writes_test: int = 5  # test predictions are considered for the first n trials
     # Sizing and inputs
     max_seq_length: int = 128

@@ -239,11 +239,16 @@ class Trial:
         self.log(f"resuming at step {state['step']} from {self.model_dir / INTERRUPTED}")
         return state
 
-    def write_test_files(self, directory: Path) -> List[str]:
-        written = []
+    def write_test_files(self) -> List[str]:
+        """GLUE-server files in results/glue_test/, or SQuAD 2.0's test answers (`SquadTask.write_test`)."""
+        written, results = [], Path(self.config.results_dir)
         for split in self.data.test:
             predictions, _ = self.predict(split)
-            written.append(str(write_server_file(directory, split.prefix, split.task, split.examples, predictions)))
+            if isinstance(split.task, GlueTask):
+                path = write_server_file(results / GLUE_TEST_DIR, split.prefix, split.task, split.examples, predictions)
+            else:
+                path = split.task.write_test(self.config, split.examples, split.features, predictions, results)
+            written.append(str(path))
         return written
 
 
@@ -265,9 +270,9 @@ def run(config: FinetuningConfig, stream=None) -> dict:
             candidate = main_score(scores) if scores else -number
             if config.write_test_outputs and number <= config.n_writes_test and candidate > best_test:
                 best_test = candidate
-                files = trial.write_test_files(Path(config.results_dir) / GLUE_TEST_DIR)
+                files = trial.write_test_files()
                 extra["test_predictions"] = {"trial": number, "files": files}
-                trial.log(f"wrote {len(files)} GLUE test file(s) to {Path(config.results_dir) / GLUE_TEST_DIR}")
+                trial.log(f"wrote {len(files)} test file(s): {', '.join(files)}")
             if config.do_train and not config.keep_all_models:
                 shutil.rmtree(trial.model_dir, ignore_errors=True)
             document = write_results(config.results_dir, config.tasks_key, trials, extra)

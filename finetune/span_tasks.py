@@ -75,6 +75,17 @@ class SquadTask:
         return {"f1": scores["f1"], **scores}
 
 
+    def write_test(self, config, examples, features, predictions: Dict, results_dir) -> Path:
+        """SQuAD 2.0's test answers, as the original writes them: the best span, or "" where its
+        null odds exceed `qa_na_threshold`; `<results_dir>/<tasks>_qa/<task>_test_preds.json`."""
+        answers, null_odds, _ = squad_postprocess.predict_answers(
+            examples, features, predictions, config.n_best_size, config.max_answer_length, self.v2,
+            config.answerable_classifier)
+        final = {qid: "" if null_odds[qid] > config.qa_na_threshold else text for qid, text in answers.items()}
+        directory = squad_postprocess.output_paths(results_dir, config.tasks_key, self.name)["preds"].parent
+        return squad_postprocess.write_json(directory / f"{self.name}_test_preds.json", final)
+
+
 def _only(dataset: list, ids) -> list:
     """The articles with only the questions in `ids` (max_examples reads a prefix of the file)."""
     return [{"paragraphs": [{"context": p["context"], "qas": [qa for qa in p["qas"] if qa["id"] in ids]}

@@ -69,7 +69,7 @@ def load_task_data(config: FinetuningConfig, tokenizer: Tokenizer) -> TaskData:
 
     def split_features(task_id, task, split):
         if not isinstance(task, GlueTask):  # SQuAD or chunking (finetune.span_tasks)
-            examples = task.read(root, split, limit)
+            examples = task.read(root, split, None if split == "test" else limit)  # test answers: every question
             return examples, task.featurize(examples, tokenizer, config, task_id, split)
         # max_examples never cuts a test file: a server submission needs every row
         rows = None if split in dict(server_splits(task)).values() else limit
@@ -89,6 +89,8 @@ def load_task_data(config: FinetuningConfig, tokenizer: Tokenizer) -> TaskData:
         if config.write_test_outputs and isinstance(task, GlueTask):
             for server_name, stem in server_splits(task):
                 test.append(EvalSplit(task_id, task, stem, server_name, *split_features(task_id, task, stem)))
+        elif config.write_test_outputs and getattr(task, "v2", False):  # SQuAD 2.0 (the original: no other)
+            test.append(EvalSplit(task_id, task, "test", "", *split_features(task_id, task, "test")))
     train = None
     if train_parts:  # a single task keeps its own features (SQuAD's and chunking's carry more fields)
         train = train_parts[0] if len(train_parts) == 1 else Features.concatenate(train_parts)

@@ -427,3 +427,46 @@ def test_run_finetuning_squadv1_end_to_end(shared_data, vocab_file, tmp_path):
                 for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
     for question, answer in predictions.items():
         assert answer.strip() and " ".join(answer.split()) in contexts[question], (question, answer)
+
+
+def test_squad_v2_test_answers_follow_the_null_threshold(shared_data, tokenizer, tmp_path):
+    """SQuAD 2.0's test answers as the original writes them: the best span, or "" where the null
+    odds exceed qa_na_threshold."""
+    examples = squad.read_examples(shared_data / "squad" / "dev-v2.0.json", v2=True, max_examples=60)
+    features = squad.featurize(examples, tokenizer, 128, 64, 32)
+    beams = _gold_beams(examples, features, 30)
+    beams["null_score"] = np.array([1.0 if examples[i].is_impossible else -5.0 for i in features.example_index])
+    config = SimpleNamespace(n_best_size=20, max_answer_length=30, answerable_classifier=True, qa_na_threshold=-2.75,
+                             tasks_key="squad")
+    path = span_tasks.get_span_task("squad").write_test(config, examples, features, beams, tmp_path)
+    assert path == tmp_path / "squad_qa" / "squad_test_preds.json"
+    answers = json.loads(path.read_text())
+    assert len(answers) == 60 and {e.qas_id for e in examples if e.is_impossible} == {q for q, a in answers.items()
+                                                                                       if a == ""}
+    assert all(answers[e.qas_id] in [text for _, text in e.answers] for e in examples if not e.is_impossible)
+
+
+def test_write_test_outputs_answers_every_squad_v2_test_question(shared_data, vocab_file, tmp_path):
+    """With write_test_outputs, a SQuAD 2.0 run answers every question of finetuning_data/squad/
+    test.json (max_examples does not cut it: an answer file needs them all) into
+    results/squad_qa/squad_test_preds.json; its questions carry no answers."""
+    (tmp_path / "vocab.txt").symlink_to(vocab_file)
+    article = json.loads((shared_data / "squad" / "dev-v2.0.json").read_text())["data"][0]
+    for paragraph in article["paragraphs"][:3]:
+        for qa in paragraph["qas"]:
+            qa.pop("answers"), qa.pop("is_impossible"), qa.pop("plausible_answers", None)
+    test = {"version": "v2.0", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:3]}]}
+    (tmp_path / "finetuning_data" / "squad").mkdir(parents=True)
+    (tmp_path / "finetuning_data" / "squad" / "test.json").write_text(json.dumps(test))
+    config = FinetuningConfig.from_hparams("tiny", tmp_path, dict(
+        task_names=["squad"], model_size="tiny", random_init=True, do_train=False, do_eval=False,
+        write_test_outputs=True, max_seq_length=128, max_examples=5, eval_batch_size=16))
+    with open(tmp_path / "log.txt", "w") as stream:
+        document = run(config, stream)
+    written = tmp_path / "models" / "tiny" / "results" / "squad_qa" / "squad_test_preds.json"
+    assert document["test_predictions"]["files"] == [str(written)]
+    answers = json.loads(written.read_text())
+    questions = [qa["id"] for paragraph in test["data"][0]["paragraphs"] for qa in paragraph["qas"]]
+    assert sorted(answers) == sorted(questions) and len(questions) > 5
+    contexts = " ".join(paragraph["context"] for paragraph in test["data"][0]["paragraphs"])
+    assert all(answer == "" or answer in contexts for answer in answers.values())
