@@ -35,8 +35,10 @@ def measure(config, data, steps: int) -> tuple:
     from finetune.runner import Trial
     trial = Trial(config, data, 1, None)
     train_step = trial.compile_train_step(steps + WARMUP_STEPS)
+    # full batches alone: the rate below counts batch x steps
     batches = list(train_batches(data.train, config.train_batch_size, steps + WARMUP_STEPS,
-                                 np.random.default_rng(0), config.dynamic_padding, config.max_seq_length))
+                                 np.random.default_rng(0), config.dynamic_padding, config.max_seq_length,
+                                 keep_partial=False))
     for batch in batches[:WARMUP_STEPS]:
         train_step(batch)
     start = time.perf_counter()

@@ -101,10 +101,11 @@ def pad_batch(features: Features, indices: Sequence[int], pad_to: Optional[int] 
 def epoch_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, dynamic: bool,
                   keep_partial: bool = True) -> List[np.ndarray]:
     """One epoch's batches of example indices, in random order: every example once, the remainder in
-    a smaller batch (the original pads its data to a multiple of the batch with rows of zero loss,
-    so its last batch trains on the remainder alone; with the summed loss the two are the same), or
-    with `keep_partial` false only the full batches. With `dynamic`, buckets of BUCKET_BATCHES
-    batches of shuffled examples are sorted by length before being cut into batches."""
+    a smaller batch, or with `keep_partial` false only the full batches. The original pads its data
+    to a multiple of the batch with rows of zero loss: as many steps and real rows an epoch, its
+    padding rows spread over the batches near each epoch's end; with the summed loss a padding row
+    adds nothing. With `dynamic`, buckets of BUCKET_BATCHES batches of shuffled examples are sorted
+    by length before being cut into batches."""
     order = rng.permutation(len(lengths))
     if dynamic:
         bucket = batch_size * BUCKET_BATCHES

@@ -44,7 +44,7 @@ class SquadTask:
 
     def read(self, finetuning_data, split: str, max_examples: Optional[int] = None) -> List[squad.Example]:
         return squad.read_examples(squad.split_file(finetuning_data, self.name, split), self.v2, max_examples,
-                                   training=split == "train")
+                                   training=split == "train", labels=split != "test")
 
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> squad.QAFeatures:
         return squad.featurize(examples, tokenizer, config.max_seq_length, config.doc_stride,

@@ -126,15 +126,15 @@ def _answers(qa: dict, paragraph: Paragraph, where: str) -> Tuple[Tuple[int, str
 
 
 def read_examples(path, v2: bool, max_examples: Optional[int] = None, training: bool = False,
-                  log: Callable[[str], None] = print) -> List[Example]:
+                  log: Callable[[str], None] = print, labels: bool = True) -> List[Example]:
     """The questions of a SQuAD file, in file order; `v2` reads `is_impossible` (SQuAD 2.0).
 
     Answers are read whenever the file has them (train and dev; the scorer reads the dev answers
     from the file itself, the first answer's positions give the dev loss). With `training`, a
     question whose answer cannot be found is skipped and the count goes to `log`; otherwise it is
-    an error."""
+    an error. With `labels` false (a test file, whatever it holds) answers are not read at all."""
     unfindable: List[str] = []
-    examples = list(itertools.islice(_questions(path, v2, training, unfindable), max_examples))
+    examples = list(itertools.islice(_questions(path, v2, training, unfindable, labels), max_examples))
     if unfindable:
         _check_unfindable(path, unfindable, len(unfindable) + sum(bool(e.answers) for e in examples), log)
     if not examples:
@@ -142,7 +142,7 @@ def read_examples(path, v2: bool, max_examples: Optional[int] = None, training: 
     return examples
 
 
-def _questions(path, v2: bool, training: bool, unfindable: List[str]) -> Iterator[Example]:
+def _questions(path, v2: bool, training: bool, unfindable: List[str], labels: bool = True) -> Iterator[Example]:
     """The examples of `read_examples`, one by one; skipped questions go to `unfindable`."""
     eid = 0
     for article_index, article in enumerate(load_dataset(path)):
@@ -160,7 +160,7 @@ def _questions(path, v2: bool, training: bool, unfindable: List[str]) -> Iterato
                 question = _field(qa, "question", str, where)
                 if not paragraph.words:
                     raise InputError(f"{where}: the question has no context (its paragraph is empty)")
-                labelled = "answers" in qa  # a test file has no answers
+                labelled = labels and "answers" in qa  # a test file has no answers
                 is_impossible = v2 and labelled and _field(qa, "is_impossible", bool, where)
                 example = Example(eid, qas_id, question, paragraph, is_impossible)
                 if is_impossible:

@@ -94,7 +94,4 @@ def load_task_data(config: FinetuningConfig, tokenizer: Tokenizer) -> TaskData:
     train = None
     if train_parts:  # a single task keeps its own features (SQuAD's and chunking's carry more fields)
         train = train_parts[0] if len(train_parts) == 1 else Features.concatenate(train_parts)
-    if train is not None and len(train) < config.train_batch_size:
-        raise InputError(f"the training data of {config.tasks_key} has {len(train)} examples, fewer than "
-                         f"train_batch_size {config.train_batch_size}")
-    return TaskData(tasks, train, dev, test)
+    return TaskData(tasks, train, dev, test)  # fewer rows than a batch: one (partial) batch an epoch, as the original

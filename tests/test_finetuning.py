@@ -364,12 +364,17 @@ def test_signal_in_a_trials_last_step_stops_the_run_after_that_trial(data_dir, c
     assert not list(models.glob("mrpc_model_*/interrupted.json"))
 
 
-@pytest.mark.parametrize("drop, steps", [(False, 3), (True, 2)])
-def test_an_epoch_ends_with_its_remainder_as_the_original(data_dir, capsys, drop, steps):
+@pytest.mark.parametrize("drop, batch, steps", [(False, 20, 3), (True, 20, 2), (False, 64, 1), (True, 64, 0)])
+def test_an_epoch_ends_with_its_remainder_as_the_original(data_dir, capsys, drop, batch, steps):
     """48 CoLA rows in batches of 20: the original's ceil(48 / 20) = 3 steps an epoch (its data padded
     to a multiple of the batch with rows of zero loss), the last on the 8 rows left; with
-    drop_last_partial_batch the 2 full batches alone."""
-    code, out, err = run_cli(data_dir, capsys, task_names=["cola"], random_init=True, train_batch_size=20,
+    drop_last_partial_batch the 2 full batches alone. In batches of 64: one step on the 48 rows, or
+    with the option none, which is an error naming the sizes."""
+    code, out, err = run_cli(data_dir, capsys, task_names=["cola"], random_init=True, train_batch_size=batch,
                              drop_last_partial_batch=drop, keep_all_models=False)
+    if steps == 0:
+        assert code == 2 and "48 training examples, train_batch_size 64 and num_train_epochs 1.0 give no " \
+                              "training step" in err, err
+        return
     assert code == 0, err
     assert re.search(rf"^\[trial 1\] train: {steps}/{steps} steps", out, flags=re.M), out
