@@ -310,6 +310,8 @@ def _finished_trials(config: FinetuningConfig, stream):
         return (interrupted or [1])[0], [], extra
     document = json.loads(results.read_text())
     if document.get("config") != json.loads(json.dumps(extra["config"])):  # another run's scores
+        print(f"{results} holds the scores of a run with another config: starting again at trial 1",
+              file=stream, flush=True)
         return 1, [], extra
     if "test_predictions" in document:
         extra["test_predictions"] = document["test_predictions"]

@@ -378,3 +378,23 @@ def test_an_epoch_ends_with_its_remainder_as_the_original(data_dir, capsys, drop
         return
     assert code == 0, err
     assert re.search(rf"^\[trial 1\] train: {steps}/{steps} steps", out, flags=re.M), out
+
+
+def test_an_interrupted_run_resumes_only_with_its_own_config(data_dir, tmp_path):
+    """Trial 2 interrupted: trial 1's scores come back from the results file when it was written by
+    the same config; another config's (say, before an upgrade added a field) means starting again,
+    and the run says so."""
+    import io
+    from finetune.runner import _finished_trials, mark_not_started
+    config = finetuning_config(data_dir, task_names=["cola"], num_trials=2, results_dir=str(tmp_path / "results"),
+                               finetuning_models_dir=str(tmp_path / "models"))
+    mark_not_started(config, 2)
+    results = tmp_path / "results" / "cola_results.json"
+    results.parent.mkdir()
+    own = json.loads(json.dumps(config.to_dict()))
+    results.write_text(json.dumps({"config": own, "trials": [{"cola": {"mcc": 1.0}}]}))
+    assert _finished_trials(config, io.StringIO())[:2] == (2, [{"cola": {"mcc": 1.0}}])
+    results.write_text(json.dumps({"config": {**own, "learning_rate": 0.5}, "trials": [{"cola": {"mcc": 1.0}}]}))
+    stream = io.StringIO()
+    assert _finished_trials(config, stream)[:2] == (1, [])
+    assert "holds the scores of a run with another config: starting again at trial 1" in stream.getvalue()
