@@ -8,7 +8,7 @@ unknown key is an InputError. Presets, in order:
   (small lr 3e-4 instead of 1e-4, weight decay 0 instead of 0.01);
 - task: a single-task run of rte or sts trains 10 epochs, any other GLUE task 3; squad / squadv1
   alone: 512 tokens, 2 epochs; chunk alone: 256 tokens (finetune.span_tasks);
-- debug: 1 trial, 100 rows per file, examples logged.
+- debug: 1 trial, 100 rows per file, examples logged, and the original's debug model (3 layers, hidden 144).
 Task names may be the original's (mrpc) or the GLUE folder's (MRPC); they are stored in the
 original's form. The QA fields set up SQuAD (finetune.span_tasks); `use_tfrecords_if_existing` is
 accepted for compatibility: features are built in memory here, never cached.
@@ -18,7 +18,7 @@ import dataclasses
 import os
 from typing import List, Optional
 
-from electra_tf.config import ARCHITECTURES, UNSCALED_PRECISIONS
+from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, UNSCALED_PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
@@ -176,9 +176,12 @@ class FinetuningConfig(HParams):
         return os.path.join(self.finetuning_models_dir, f"{self.tasks_key}_model_{trial}")
 
     def encoder_config(self) -> BertConfig:
-        """The discriminator encoder of `model_size`, embedding_size and model_hparam_overrides."""
-        hidden, layers = ARCHITECTURES[self.model_size]
-        overrides = {"embedding_size": self.embedding_size, **self.model_hparam_overrides}
+        """The discriminator encoder of `model_size` (with `debug`, the original's debug model, as
+        pretraining's), embedding_size and model_hparam_overrides."""
+        hidden, layers = DEBUG_ARCHITECTURE if self.debug else ARCHITECTURES[self.model_size]
+        overrides = {"embedding_size": self.embedding_size,
+                     **({"num_attention_heads": DEBUG_ATTENTION_HEADS} if self.debug else {}),
+                     **self.model_hparam_overrides}
         _require("vocab_size" not in overrides, "model_hparam_overrides may not set vocab_size: set the "
                  "vocab_size hparam (it must match the vocab file)")
         return sized_encoder(BertConfig(vocab_size=self.vocab_size),

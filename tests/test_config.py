@@ -132,6 +132,10 @@ def test_debug_is_the_original_debug_run():
     assert (disc.num_hidden_layers, disc.hidden_size, disc.intermediate_size,
             disc.num_attention_heads) == (3, 144, 576, 4)
     assert config.generator_config().hidden_size == 36
+    # fine-tuning's debug run builds the same model, so a debug pretraining run fine-tunes in debug
+    from finetune.config import FinetuningConfig
+    tuned = FinetuningConfig.from_hparams("m", "/data", {"debug": True, "task_names": ["mrpc"]}).encoder_config()
+    assert dataclasses.asdict(tuned) == dataclasses.asdict(disc)
 
 
 def test_model_hparam_overrides_rederive_heads_and_ffn_like_the_original():
