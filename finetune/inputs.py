@@ -65,14 +65,17 @@ def truncate_pair(a: list, b: list, max_tokens: int) -> Tuple[list, list]:
 
 def featurize(examples, tokenizer: Tokenizer, max_seq_length: int, task_id: int,
               is_regression: bool) -> Features:
-    """`[CLS] a [SEP]` (segment 0) `b [SEP]` (segment 1), truncated to max_seq_length tokens."""
+    """`[CLS] a [SEP]` (segment 0) `b [SEP]` (segment 1), truncated to max_seq_length tokens; an
+    example whose second text has no tokens is `[CLS] a [SEP]` alone, as the original decides per
+    example (`if tokens_b:`)."""
     tokens_a = _tokenize(tokenizer, [e.text_a for e in examples])
     pairs = examples[0].text_b is not None
     tokens_b = _tokenize(tokenizer, [e.text_b for e in examples]) if pairs else [[]] * len(examples)
     token_ids, segment_ids = [], []
     for a, b in zip(tokens_a, tokens_b):
-        a, b = truncate_pair(a, b, max_seq_length - (3 if pairs else 2))
-        ids = [tokenizer.cls_id, *a, tokenizer.sep_id] + ([*b, tokenizer.sep_id] if pairs else [])
+        pair = len(b) > 0
+        a, b = truncate_pair(a, b, max_seq_length - (3 if pair else 2))
+        ids = [tokenizer.cls_id, *a, tokenizer.sep_id] + ([*b, tokenizer.sep_id] if pair else [])
         token_ids.append(np.asarray(ids, np.int32))
         segment_ids.append(np.asarray([0] * (len(a) + 2) + [1] * (len(ids) - len(a) - 2), np.int32))
     labels = [0.0 if e.label is None else e.label for e in examples]

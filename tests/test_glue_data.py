@@ -145,6 +145,22 @@ def _features(lengths):
                     np.zeros(n, np.float32))
 
 
+def test_a_pair_without_second_tokens_is_a_single_sentence(vocab_file):
+    """The original decides per example (`if tokens_b:`): a pair whose second text has no tokens is
+    `[CLS] a [SEP]`, truncated to max_seq_length - 2 as a single sentence."""
+    from electra_tf.tokenization import Tokenizer
+    from finetune.inputs import featurize
+    tokenizer = Tokenizer(vocab_file, do_lower_case=True)
+    examples = [glue.Example(0, "a cat sat on the mat", "", 1), glue.Example(1, "a cat", "a dog", 0)]
+    features = featurize(examples, tokenizer, 6, task_id=0, is_regression=False)
+    cat, sat, on, dog = (tokenizer.convert_tokens_to_ids([w])[0] for w in ("cat", "sat", "on", "dog"))
+    a = tokenizer.convert_tokens_to_ids(["a"])[0]
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    assert features.token_ids[0].tolist() == [cls, a, cat, sat, on, sep] and features.segment_ids[0].tolist() == [0] * 6
+    assert features.token_ids[1].tolist() == [cls, a, cat, sep, a, sep] and features.segment_ids[1].tolist() == \
+        [0, 0, 0, 0, 1, 1]
+
+
 def test_length_bucketing_pads_to_the_longest_in_each_batch():
     rng = np.random.default_rng(1)
     lengths = rng.integers(5, 128, 1000)
