@@ -15,9 +15,11 @@ Long sentences are cut as the original does (no word is started once n_words + 2
 + 1 exceeds max_seq_length; here also none that would not fit); `TaggingFeatures.words_cut`
 counts the words lost.
 
-Chunks are read from a tag sequence with conlleval's boundary rules (IOB2 and BIOES alike; a
-change of type, or I/E after O/E/S, starts a chunk); precision, recall and F1 (×100) count chunks
-whose start, end and type all match, exactly as conlleval.
+Precision, recall and F1 (×100) count the chunks whose start, end and type all match. The
+chunks are read as the original's scorer reads them (`original_chunks`: only B-, S- or O end a
+chunk, so malformed predictions merge), or with `conlleval_chunks` by conlleval's boundary rules
+(`chunks`; IOB2 and BIOES alike: a change of type, or I/E after O/E/S, starts a chunk). The two
+agree on well-formed tags; the gold tags become BIOES by conlleval's rules.
 """
 
 import dataclasses
@@ -116,6 +118,23 @@ def chunks(tags: Sequence[str]) -> Set[Tuple[int, int, str]]:
     return found
 
 
+def original_chunks(tags: Sequence[str]) -> Set[Tuple[int, int, str]]:
+    """(first word, last word, type) of every chunk as the original's scorer reads them (its
+    `get_span_labels`): a chunk ends only where a B-, S- or O follows, so an E- does not end one
+    and an I- after it, or of another type, continues it; the chunk takes its last tag's type."""
+    found, start, last = set(), -1, "O"
+    for i, tag in enumerate(tags):
+        kind, _ = _parts(tag)
+        if kind in "BSO" and last != "O":
+            found.add((start, i - 1, _parts(last)[1]))
+        if kind in "BS" or last == "O":
+            start = i
+        last = tag
+    if tags and tags[-1] != "O":
+        found.add((start, len(tags) - 1, _parts(tags[-1])[1]))
+    return found
+
+
 def to_bioes(tags: Sequence[str]) -> List[str]:
     """The chunks of a tag sequence written as BIOES (S- single word; B-, I-, E- longer chunks)."""
     bioes = ["O"] * len(tags)
@@ -133,11 +152,14 @@ def label_mapping(*splits: Sequence[Sentence]) -> Dict[str, int]:
     return {tag: i for i, tag in enumerate(sorted(tags))}
 
 
-def chunk_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> Dict[str, float]:
-    """conlleval's overall precision, recall and FB1 (×100) over sentences of tags."""
+def chunk_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
+             conlleval: bool = True) -> Dict[str, float]:
+    """Overall chunk precision, recall and F1 (×100) over sentences of tags, the chunks read by
+    conlleval's rules or by the original's scorer (`original_chunks`)."""
+    read = chunks if conlleval else original_chunks
     correct = found_gold = found_predicted = 0
     for gold_tags, predicted_tags in zip(gold, predicted):
-        gold_chunks, predicted_chunks = chunks(gold_tags), chunks(predicted_tags)
+        gold_chunks, predicted_chunks = read(gold_tags), read(predicted_tags)
         correct += len(gold_chunks & predicted_chunks)
         found_gold += len(gold_chunks)
         found_predicted += len(predicted_chunks)
@@ -235,9 +257,11 @@ class TaggingHead(tf_keras.layers.Layer):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, W]
 
 
-def score(features: TaggingFeatures, predicted: Sequence[np.ndarray], mapping: Dict[str, int]) -> Dict[str, float]:
-    """Chunk P/R/F1 of predicted tag ids (per sentence, one per kept word) against the gold labels."""
+def score(features: TaggingFeatures, predicted: Sequence[np.ndarray], mapping: Dict[str, int],
+          conlleval: bool = False) -> Dict[str, float]:
+    """Chunk P/R/F1 of predicted tag ids (per sentence, one per kept word) against the gold labels,
+    by the original's scorer, or by conlleval's rules."""
     names = {i: tag for tag, i in mapping.items()}
     gold = [[names[int(i)] for i in labels] for labels in features.labels]
     guessed = [[names[int(i)] for i in np.asarray(p)[:len(labels)]] for p, labels in zip(predicted, features.labels)]
-    return chunk_f1(gold, guessed)
+    return chunk_f1(gold, guessed, conlleval)

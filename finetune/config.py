@@ -99,6 +99,9 @@ class FinetuningConfig(HParams):
     # SQuAD 1.1 training: leave out the windows without the answer (the original's comment says so,
     # but its code keeps them, pointing at [CLS]; false keeps them too)
     drop_windows_without_answer: bool = False
+    # chunk F1 by conlleval's rules (the CoNLL-2000 standard) instead of the original's scorer, which
+    # ends a chunk only at B-, S- or O and so merges malformed predictions (finetune.chunking)
+    conlleval_chunks: bool = False
     max_examples: Optional[int] = None  # read at most this many rows per file (debug: 100)
     random_init: bool = False  # skip the pretrained weights: the randomly initialised baseline
     # QA (the original's; for the SQuAD tasks)

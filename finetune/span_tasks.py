@@ -121,7 +121,7 @@ class ChunkTask:
         return chunking.TaggingHead(self.name, len(self.label_mapping(config.raw_data_dir)), hidden_size)
 
     def score(self, config, examples, features, predictions, results_dir, split: str = "dev") -> Dict[str, float]:
-        scores = chunking.score(features, predictions, self.label_mapping(config.raw_data_dir))
+        scores = chunking.score(features, predictions, self.label_mapping(config.raw_data_dir), config.conlleval_chunks)
         return {"f1": scores["f1"], **scores}  # the first key is the main score
 
 

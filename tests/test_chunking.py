@@ -69,6 +69,15 @@ def test_bioes_and_conlleval_chunks_by_hand():
     assert scores["recall"] == pytest.approx(50.0)
     assert scores["f1"] == pytest.approx(600 / 13)  # 2 * 3 / (6 + 7)
     assert chunking.chunk_f1(gold, gold) == {"precision": 100.0, "recall": 100.0, "f1": 100.0}
+    # the original's scorer: only B-, S- or O end a chunk, which takes its last tag's type
+    assert chunking.original_chunks(["B-VP", "I-NP", "I-NP"]) == {(0, 2, "NP")}
+    assert chunking.original_chunks(["O", "I-NP", "E-NP", "I-NP"]) == {(1, 3, "NP")}
+    assert chunking.original_chunks(["S-NP", "I-NP", "B-VP", "E-VP", "O", "S-PP"]) == \
+        {(0, 1, "NP"), (2, 3, "VP"), (5, 5, "PP")}
+    assert chunking.chunk_f1(gold, predicted, conlleval=False) == scores  # well-formed enough: the same here
+    merged = chunking.chunk_f1([["B-NP", "I-NP", "I-NP"]], [["B-VP", "I-NP", "I-NP"]], conlleval=False)
+    assert merged["f1"] == 100.0 and chunking.chunk_f1([["B-NP", "I-NP", "I-NP"]], [["B-VP", "I-NP", "I-NP"]])[
+        "f1"] == 0.0
 
 
 def test_featurize_labels_first_sub_tokens(conll, tokenizer):
@@ -138,7 +147,8 @@ def test_span_task_interface(conll, tokenizer, tmp_path):
     for name in ("train.txt", "test.txt"):
         (tmp_path / "chunk" / name).symlink_to(conll / name)
     task = span_tasks.get_span_task("chunk")
-    config = SimpleNamespace(max_seq_length=task.presets["max_seq_length"], raw_data_dir=str(tmp_path))
+    config = SimpleNamespace(max_seq_length=task.presets["max_seq_length"], raw_data_dir=str(tmp_path),
+                             conlleval_chunks=False)
     dev = task.read(tmp_path, "dev", max_examples=30)
     features = task.featurize(dev, tokenizer, config, task_id=1, split="dev")
     assert len(features) == 30 and set(features.task_id) == {1} and len(task.label_mapping(tmp_path)) == 42
