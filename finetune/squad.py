@@ -93,8 +93,9 @@ class UnfindableAnswer(InputError):
 def _locate(paragraph: Paragraph, start: int, text: str) -> int:
     """The character offset of answer `text` given `answer_start` `start`, or -1 when the original
     would not have found it: its words at `start` .. `start + len(text) - 1` must contain the text
-    (whitespace collapsed). An `answer_start` inside those words but off the exact character is
-    corrected to where the text is."""
+    (whitespace collapsed, lower-cased, as the original checks). An `answer_start` inside those
+    words but off the exact character is corrected to where the text is; an answer that matches
+    only so (another case or spacing) keeps `start`, whose words the original takes."""
     context = paragraph.context
     if text.strip() and 0 <= start and context[start:start + len(text)] == text:
         return start
@@ -102,9 +103,10 @@ def _locate(paragraph: Paragraph, start: int, text: str) -> int:
     if not text.strip() or start < 0 or last >= len(context):
         return -1
     first_word, last_word = int(paragraph.char_to_word[start]), int(paragraph.char_to_word[last])
-    if " ".join(paragraph.words[first_word:last_word + 1]).find(" ".join(text.split())) == -1:
+    if " ".join(paragraph.words[first_word:last_word + 1]).lower().find(" ".join(text.split()).lower()) == -1:
         return -1
-    return context.find(text, int(paragraph.word_start[first_word]), int(paragraph.word_end[last_word]))
+    found = context.find(text, int(paragraph.word_start[first_word]), int(paragraph.word_end[last_word]))
+    return start if found < 0 else found
 
 
 def _answers(qa: dict, paragraph: Paragraph, where: str) -> Tuple[Tuple[int, str], ...]:

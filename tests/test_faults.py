@@ -198,6 +198,13 @@ def test_squad_training_skips_unfindable_answers_up_to_a_threshold(tmp_path):
                    "(the context there reads ' dog near')"]
     with pytest.raises(InputError, match=r"question q29: answer 0: answer_start 40 does not point"):
         squad.read_examples(path, v2=False)  # a dev file: no skipping
+    # the original's check is lower-cased and collapses whitespace: such an answer keeps its answer_start
+    document = json.loads(path.read_text())
+    for text, qa in zip(("Brown Fox", "brown  fox"), document["data"][0]["paragraphs"][0]["qas"]):
+        qa["answers"][0]["text"] = text
+    path.write_text(json.dumps(document))
+    kept = squad.read_examples(path, v2=False, training=True, log=log.append)
+    assert [(e.answer_start, e.start_word, e.end_word) for e in kept[:2]] == [(10, 2, 3)] * 2
     # 3 of 30 wrong (10 %): the wrong file
     with pytest.raises(InputError, match=r"the answer of 3 of 30 answerable questions \(10%\) is not where its "
                                          r"answer_start points, more than the 5% a sound training file has"):
