@@ -43,12 +43,17 @@ def encode_pair(tokenizer: Tokenizer, text_a: tf.Tensor, text_b: tf.Tensor, max_
 
     `truncate_pair`'s rule, in the graph: the longer text loses its last token until both fit. tf_text's
     ShrinkLongestTrimmer cuts the *first* of two equally long segments, BERT's the second, so the
-    trimmer sees (b, a).
+    trimmer sees (b, a). A row whose text_b has no tokens is `[CLS] a [SEP]` alone, as `featurize`'s.
     """
     tokens_a, tokens_b = tokenizer.tokenize(text_a), tokenizer.tokenize(text_b)  # [B, (Ta)], [B, (Tb)]
-    tokens_b, tokens_a = tf_text.ShrinkLongestTrimmer(max_seq_length - 3).trim([tokens_b, tokens_a])
-    ids, segments = tf_text.combine_segments([tokens_a, tokens_b], tokenizer.cls_id, tokenizer.sep_id)
-    ids = tf.cast(ids, tf.int32)  # [B, (a + b + 3)]
+    pair_b, pair_a = tf_text.ShrinkLongestTrimmer(max_seq_length - 3).trim([tokens_b, tokens_a])
+    pair_ids, pair_segments = tf_text.combine_segments([pair_a, pair_b], tokenizer.cls_id, tokenizer.sep_id)
+    single_ids, single_segments = tf_text.combine_segments([tokens_a[:, :max_seq_length - 2]], tokenizer.cls_id,
+                                                           tokenizer.sep_id)
+    rows = tf.range(tokens_a.nrows())
+    pick = tf.where(tokens_b.row_lengths() > 0, rows, rows + tokens_a.nrows())  # [B]: pair row, else single row
+    ids = tf.cast(tf.gather(tf.concat([pair_ids, single_ids], axis=0), pick), tf.int32)  # [B, (L)]
+    segments = tf.gather(tf.concat([pair_segments, single_segments], axis=0), pick)
     return ids.to_tensor(tokenizer.pad_id), tf.ones_like(ids).to_tensor(0), tf.cast(segments, tf.int32).to_tensor(0)
 
 

@@ -126,11 +126,12 @@ def test_fresh_process_gives_the_keras_models_probabilities(finetuned, shared_da
 
 
 def test_pair_truncation_in_the_graph_is_berts(finetuned):
-    """Every pair of lengths 0..9 (ties included) cut to 12 tokens gives featurize's ids and segments."""
+    """Every pair of lengths 0..12 and 0..9 (ties included) cut to 12 tokens gives featurize's ids and
+    segments; an empty second text makes a single sentence, cut to 10 tokens."""
     config, _, _ = finetuned
     tokenizer = make_tokenizer(config)
     examples = [glue.Example(i, " ".join(["the"] * a), " ".join(["cat"] * b), 0)
-                for i, (a, b) in enumerate((a, b) for a in range(10) for b in range(10))]
+                for i, (a, b) in enumerate((a, b) for a in range(13) for b in range(10))]
     features = featurize(examples, tokenizer, 12, 0, False)
     batch = pad_batch(features, range(len(examples)))
     ids, mask, segments = encode_pair(tokenizer, tf.constant([e.text_a for e in examples]),
