@@ -74,7 +74,6 @@ class SquadTask:
         squad_postprocess.write_json(paths["eval"], scores)
         return {"f1": scores["f1"], **scores}
 
-
     def write_test(self, config, examples, features, predictions: Dict, results_dir) -> Path:
         """SQuAD 2.0's test answers, as the original writes them: the best span, or "" where its
         null odds exceed `qa_na_threshold`; `<results_dir>/<tasks>_qa/<task>_test_preds.json`."""
