@@ -60,9 +60,7 @@ class SquadTask:
               split: str = "dev") -> Dict[str, float]:
         """Answers -> `<results_dir>/<tasks>_qa/<task>_{preds,null_odds,eval}.json` and the official scores;
         the answers are scored against the split's own file (only the questions that were read)."""
-        answers, null_odds, _ = squad_postprocess.predict_answers(
-            examples, features, predictions, config.n_best_size, config.max_answer_length, self.v2,
-            config.answerable_classifier)
+        answers, null_odds = self._answers(config, examples, features, predictions)
         paths = squad_postprocess.output_paths(results_dir, config.tasks_key, self.name)
         squad_postprocess.write_json(paths["preds"], answers)
         dataset = _only(squad.load_dataset(squad.split_file(config.raw_data_dir, self.name, split)), set(answers))
@@ -74,12 +72,17 @@ class SquadTask:
         squad_postprocess.write_json(paths["eval"], scores)
         return {"f1": scores["f1"], **scores}
 
-    def write_test(self, config, examples, features, predictions: Dict, results_dir) -> Path:
-        """SQuAD 2.0's test answers, as the original writes them: the best span, or "" where its
-        null odds exceed `qa_na_threshold`; `<results_dir>/<tasks>_qa/<task>_test_preds.json`."""
+    def _answers(self, config, examples, features, predictions: Dict):
+        """({id: best span}, {id: null odds} (SQuAD 2.0)) of the head's outputs per window."""
         answers, null_odds, _ = squad_postprocess.predict_answers(
             examples, features, predictions, config.n_best_size, config.max_answer_length, self.v2,
             config.answerable_classifier)
+        return answers, null_odds
+
+    def write_test(self, config, examples, features, predictions: Dict, results_dir) -> Path:
+        """SQuAD 2.0's test answers, as the original writes them: the best span, or "" where its
+        null odds exceed `qa_na_threshold`; `<results_dir>/<tasks>_qa/<task>_test_preds.json`."""
+        answers, null_odds = self._answers(config, examples, features, predictions)
         final = {qid: "" if null_odds[qid] > config.qa_na_threshold else text for qid, text in answers.items()}
         directory = squad_postprocess.output_paths(results_dir, config.tasks_key, self.name)["preds"].parent
         return squad_postprocess.write_json(directory / f"{self.name}_test_preds.json", final)

@@ -111,8 +111,9 @@ def _a_run(pid: int, record: dict) -> bool:
     """Whether the live process `pid` is the run that wrote `record` (run.pid): the same start time
     (or, in a file written before it was kept, a command line naming replicate_paper). A session's
     end kills the run without removing run.pid, and a later process may get its pid."""
-    if record.get("start_ticks") is not None and _start_ticks(pid) is not None:
-        return _start_ticks(pid) == record["start_ticks"]
+    ticks = _start_ticks(pid)
+    if record.get("start_ticks") is not None and ticks is not None:
+        return ticks == record["start_ticks"]
     try:
         return b"replicate_paper" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:  # gone meanwhile, or no /proc: trust the pid

@@ -268,14 +268,14 @@ def finetune_units(ctx: Context, stage: int, vocab: str, tasks: Sequence[str], r
         if export is not None and export.artifact is None:
             export = None  # not committed: no fallback
         needs = (f"s{run.stage}/{run.name}/pretrain/{step}",) if export is None else (export.id,)
+    fallback = {} if export is None else {  # and the checkpoint the export was made from
+        "export": export.params["output"], "exported": (ctx.result(export.id) or {}).get("probe_sha256")}
     units = []
     for task in tasks:
         for seed in s.seeds:
             scratch = ctx.output_dir / "finetuning" / prefix / task / f"seed{seed}"
             hparams = {**base, **source, "task_names": [task], "seed": seed,
                        "finetuning_models_dir": str(scratch / "models"), "results_dir": str(scratch / "results")}
-            fallback = {} if export is None else {  # and the checkpoint the export was made from
-                "export": export.params["output"], "exported": (ctx.result(export.id) or {}).get("probe_sha256")}
             units.append(Unit(f"{prefix}/{task}/seed{seed}", "finetune",
                               {"hparams": hparams, "task": task, "seed": seed, **fallback}, needs=needs))
     return units
