@@ -26,7 +26,7 @@ from paper_replication.report import write_report  # noqa: E402
 from paper_replication.settings import QUICK, REAL  # noqa: E402
 from paper_replication.stages import pending_by_stage, plan_all, plan_stage1  # noqa: E402
 from paper_replication.status import status  # noqa: E402
-from paper_replication.units import GLUE_METRICS, Context, Unit, train_passes  # noqa: E402
+from paper_replication.units import TASK_METRICS, Context, Unit, train_passes  # noqa: E402
 
 
 def _run(out: Path, shared: Path, *args: str) -> subprocess.CompletedProcess:
@@ -232,7 +232,7 @@ def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: floa
     seconds = per_pass * train_passes(ctx, params["task"])
     value = 50.0 + params["seed"]  # every metric the task's score averages
     return {"seconds": seconds, "machine_seconds": seconds, "task": params["task"], "seed": params["seed"],
-            "scores": {params["task"]: {name: value for name in GLUE_METRICS[params["task"]]}}}
+            "scores": {params["task"]: {name: value for name in TASK_METRICS[params["task"]]}}}
 
 
 def _real_stage2(tmp_path: Path, shared_data: Path, per_pass: float, pretrain_hours: float):

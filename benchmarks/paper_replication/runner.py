@@ -22,7 +22,7 @@ from paper_replication import batching
 from paper_replication.eta import Estimator
 from paper_replication.stages import StagePlan, pending_by_stage, plan_all
 from paper_replication.store import read_json, write_json
-from paper_replication.units import GLUE_FOLDERS, Context, Unit
+from paper_replication.units import CHUNK_TASK, GLUE_FOLDERS, Context, Unit
 from paper_replication.worker import IDLE
 
 PRINTING = threading.Lock()
@@ -60,7 +60,13 @@ def settle_clock(ctx: Context, requested: Optional[str]) -> Optional[str]:
 
 
 def prepare_glue(ctx: Context) -> None:
-    """<output>/glue: the GLUE folders linked, SST-2's train set replaced by its fixed subsample."""
+    """<output>/glue: the GLUE folders linked, SST-2's train set replaced by its fixed subsample,
+    and CoNLL-2000 as the chunking task's folder (its official test set as the dev set)."""
+    chunk = ctx.glue_dir / CHUNK_TASK
+    chunk.mkdir(parents=True, exist_ok=True)
+    for name, source in (("train.txt", "train.txt"), ("dev.txt", "test.txt")):
+        if not (chunk / name).exists():
+            (chunk / name).symlink_to(ctx.shared_data / "conll2000" / source)
     for task, folder in GLUE_FOLDERS.items():
         source, target = ctx.shared_data / "glue" / folder, ctx.glue_dir / folder
         target.mkdir(parents=True, exist_ok=True)

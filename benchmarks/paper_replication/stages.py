@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from paper_replication.flops import flops_per_step
 from paper_replication.settings import OBJECTIVES_STAGE2, OBJECTIVES_STAGE3, Diagnostic, Pilot
-from paper_replication.units import (Context, Run, Unit, export_unit, finetune_units, median_scores,
+from paper_replication.units import (CHUNK_TASK, Context, Run, Unit, export_unit, finetune_units, median_scores,
                                      pretraining_units, machine_time, run_hparams, schedule, train_passes)
 
 FINETUNING_MARGIN = 1.2  # estimated fine-tuning hours = 1.2 x passes x measured seconds per pass
@@ -293,17 +293,24 @@ def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
 
 def plan_stage4(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan:
     """The diagnostics (settings.DIAGNOSTICS): `electra` at stage 2's schedule with one setting
-    changed, its final checkpoint fine-tuned; random init is stage 2's. Outside the cap."""
+    changed, its final checkpoint fine-tuned; random init is stage 2's. Outside the cap.
+    First, the chunking reading (issue #42, added before any of its trials ran) of stage 2's final
+    models, from their committed exports, and of random init; every diagnostic is read on it too."""
     s, regime = ctx.settings, stage1.regime
     hours, flops2 = stage2.budget["hours_each"], stage2.budget["flops_each"]
     electra = next(run for run in stage2.runs if run.objective == "electra")
     runs, units = [], []
+    for run in stage2.runs:
+        export = export_unit(ctx, run, f"s2/export/{run.objective}", ctx.results_dir / "hf" / run.objective)
+        units += finetune_units(ctx, 2, regime.vocab, (CHUNK_TASK,), run, run.steps, export)
+    units += finetune_units(ctx, 2, regime.vocab, (CHUNK_TASK,))
     for diagnostic in s.diagnostics:
         run = diagnostic_run(ctx, diagnostic, regime, electra, hours, flops2)
         runs.append(run)
         units += pretraining_units(ctx, run, run_step_flops(ctx, run.objective, run.vocab, run.hparams))
         export = export_unit(ctx, run, f"s4/export/{run.name}", ctx.results_dir / "hf" / run.name)
-        units += [export] + finetune_units(ctx, 4, regime.vocab, s.glue_tasks, run, run.steps, export)
+        units += [export] + finetune_units(ctx, 4, regime.vocab, (CHUNK_TASK,) + s.glue_tasks, run, run.steps,
+                                           export)
     return StagePlan(units, complete=True, runs=runs, budget={"hours_each": hours, "flops_each": flops2}, notes=[
         "diagnostics outside the plan and the cap, fixed in RESULTS.md before they ran: "
         + ", ".join(f"{run.name} {run.steps} steps" for run in runs)])
