@@ -103,10 +103,10 @@ def main(argv=None) -> int:
             if finetuned.is_finetuned_dir(args.model_dir):
                 if args.step is not None:
                     raise InputError(f"--step: {args.model_dir} is a fine-tuning trial's dir (one model, no steps)")
-                task = finetuned.export_finetuned(args.model_dir, args.output_dir, args.task, args.overwrite,
-                                                  args.precision).task
-                print(f"wrote {args.output_dir} (task {task.name}: "
-                      f"{'score' if task.is_regression else 'probabilities, label'} on raw text)")
+                server = finetuned.export_finetuned(args.model_dir, args.output_dir, args.task, args.overwrite,
+                                                    args.precision)
+                outputs = ", ".join(server.serve.get_concrete_function().structured_outputs)
+                print(f"wrote {args.output_dir} (task {server.task.name}: {outputs} on raw text)")
                 return 0
             if args.task is not None:
                 raise InputError(f"--task: {args.model_dir} is a pretrained model dir (no fine-tuned model)")

@@ -83,10 +83,9 @@ def make_batches(config, data, count: int) -> list:
     """`count` full training batches (numpy dicts; examples/s counts batch x steps), dynamically
     padded and length-bucketed, seed 0."""
     import numpy as np
-    from finetune.inputs import pad_batch, train_batches
-    make_batch = getattr(data.tasks[0], "batch", pad_batch)
+    from finetune.inputs import train_batches
     return list(train_batches(data.train, config.train_batch_size, count, np.random.default_rng(0), True,
-                              config.max_seq_length, make_batch, keep_partial=False))
+                              config.max_seq_length, data.train_batch, keep_partial=False))
 
 
 def encoder_shape(config) -> Shape:

@@ -34,7 +34,9 @@ import tf_keras
 from electra_tf.errors import InputError
 from electra_tf.modeling.layer_utils import build_in_scope
 from electra_tf.tokenization import Tokenizer
+from finetune import scorers
 from finetune.inputs import Features, _tokenize, pad_batch
+from finetune.table_files import read_text
 
 TASK_NAME = "chunk"
 DEV_HOLDOUT = 10  # without dev.txt, the last 1/10 of train.txt is the dev split
@@ -47,13 +49,13 @@ class Sentence:
     tags: Tuple[str, ...]  # as in the file (IOB2 for CoNLL-2000)
 
 
-def read_sentences(path, max_sentences: Optional[int] = None) -> List[Sentence]:
-    """The sentences of one CoNLL file; a line with fewer than two fields is an InputError."""
+def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = -1,
+                   prefixes: str = "BIES") -> List[Sentence]:
+    """The sentences of one CoNLL file, each word's tag taken from `tag_column` (an index; the last
+    by default). A line with fewer than two fields, or a tag that is not O or `<prefix>-<type>` for
+    one of `prefixes` (the scheme's: IOB1/IOB2 "BI", BIOES "BIES"), is an InputError."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read it ({error})") from None
+    lines = read_text(path).split("\n")
     sentences, current = [], []
     for number, line in enumerate(lines + [""], start=1):
         fields = line.split()
@@ -69,9 +71,12 @@ def read_sentences(path, max_sentences: Optional[int] = None) -> List[Sentence]:
             continue
         if len(fields) < 2:
             raise InputError(f"{path}:{number}: expected `word ... tag`, found {line.strip()!r}")
-        tag = fields[-1]
-        if tag != "O" and (len(tag) < 3 or tag[1] != "-" or tag[0] not in "BIES"):
-            raise InputError(f"{path}:{number}: tag {tag!r} is not O or B-/I-/E-/S-<type>")
+        if not -len(fields) <= tag_column < len(fields):
+            raise InputError(f"{path}:{number}: {len(fields)} fields, no tag column {tag_column}")
+        tag = fields[tag_column]
+        if tag != "O" and (len(tag) < 3 or tag[1] != "-" or tag[0] not in prefixes):
+            raise InputError(f"{path}:{number}: tag {tag!r} is not O or "
+                             f"{'/'.join(p + '-' for p in prefixes)}<type>")
         current.append((fields[0], tag))
     if not sentences:
         raise InputError(f"{path}: holds no sentences")
@@ -169,6 +174,22 @@ def chunk_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
+def typed_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> Dict[str, float]:
+    """Per chunk type, `<type>/precision`, `<type>/recall` and `<type>/f1` (×100) by conlleval's rules."""
+    counts: Dict[str, List[int]] = {}  # type -> [correct, gold, predicted]
+    for gold_tags, predicted_tags in zip(gold, predicted):
+        gold_chunks, predicted_chunks = chunks(gold_tags), chunks(predicted_tags)
+        for index, found in enumerate((gold_chunks & predicted_chunks, gold_chunks, predicted_chunks)):
+            for _, _, chunk_type in found:
+                counts.setdefault(chunk_type, [0, 0, 0])[index] += 1
+    scores = {}
+    for chunk_type in sorted(counts):
+        correct, found_gold, found_predicted = counts[chunk_type]
+        scores.update({f"{chunk_type}/{key}": value
+                       for key, value in scorers.rates(correct, found_predicted, found_gold).items()})
+    return scores
+
+
 def _uncased(word: str) -> str:
     """The original's tagging words: always lower-cased and accent-stripped."""
     word = word.lower()
@@ -187,8 +208,10 @@ class TaggingFeatures(Features):
 
 
 def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_length: int,
-              mapping: Dict[str, int], task_id: int = 0) -> TaggingFeatures:
-    words = [_uncased(w) for s in sentences for w in s.words]
+              mapping: Dict[str, int], task_id: int = 0, lowercase: bool = True) -> TaggingFeatures:
+    """`lowercase`: lower-case and strip accents from every word first (the original's, always);
+    false leaves the words to the tokenizer (a cased model's)."""
+    words = [_uncased(w) if lowercase else w for s in sentences for w in s.words]
     pieces = _tokenize(tokenizer, words)
     token_ids, positions, labels, cursor, cut = [], [], [], 0, 0
     for sentence in sentences:

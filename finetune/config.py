@@ -7,10 +7,10 @@ unknown key is an InputError. Presets, in order:
 - recipe: "code" keeps the original code's defaults; "paper" applies Table 7 where it differs
   (small lr 3e-4 instead of 1e-4, weight decay 0 instead of 0.01);
 - task: a single-task run of rte or sts trains 10 epochs, any other GLUE task 3; squad / squadv1
-  alone: 512 tokens, 2 epochs; chunk alone: 256 tokens (finetune.span_tasks);
+  alone: 512 tokens, 2 epochs; chunk alone: 256 tokens (the task's `presets`);
 - debug: 1 trial, 100 rows per file, examples logged, and the original's debug model (3 layers, hidden 144).
 Task names may be the original's (mrpc) or the GLUE folder's (MRPC); they are stored in the
-original's form. The QA fields set up SQuAD (finetune.span_tasks); `use_tfrecords_if_existing` is
+original's form; `tasks` defines the user's own (finetune.task_specs). The QA fields set up SQuAD; `use_tfrecords_if_existing` is
 accepted for compatibility: features are built in memory here, never cached.
 """
 
@@ -22,8 +22,7 @@ from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
-from finetune.glue import canonical_task_name
-from finetune.span_tasks import get_span_task
+from finetune.tasks import canonical_name, check_user_tasks, get_task
 
 RECIPES = ("code", "paper")
 LOSS_REDUCTIONS = ("sum", "mean")
@@ -61,6 +60,8 @@ class FinetuningConfig(HParams):
     keep_all_models: bool = True  # keep each trial's finetuning_models/<tasks>_model_<trial>
     model_size: str = "small"
     task_names: List[str] = dataclasses.field(default_factory=lambda: ["chunk"])
+    # the user's own tasks: {name: spec} (finetune.task_specs; docs/finetuning.md, "Your own tasks")
+    tasks: dict = dataclasses.field(default_factory=dict)
     model_hparam_overrides: dict = dataclasses.field(default_factory=dict)
     embedding_size: Optional[int] = None
     vocab_size: int = 30522
@@ -134,7 +135,9 @@ class FinetuningConfig(HParams):
             names = user["task_names"]
             _require(isinstance(names, list) and names and all(isinstance(n, str) for n in names),
                      f"task_names in {where} must be a non-empty list of task names")
-            user = {**user, "task_names": [canonical_task_name(n) for n in names]}
+            user_tasks = user.get("tasks", {})
+            check_user_tasks(user_tasks)
+            user = {**user, "task_names": [canonical_name(n, user_tasks) for n in names]}
         return user
 
     @classmethod
@@ -149,14 +152,14 @@ class FinetuningConfig(HParams):
         tasks = values["task_names"]
         if len(tasks) == 1:
             presets["num_train_epochs"] = 10.0 if tasks[0] in LONG_TASKS else 3.0
-            if get_span_task(tasks[0]) is not None:  # squad*: 512 tokens, 2 epochs; chunk: 256 tokens
-                presets.update(get_span_task(tasks[0]).presets)
+            presets.update(get_task(tasks[0], values["tasks"]).presets)  # squad*: 512 tokens, 2 epochs; chunk: 256
         if values["debug"]:
             presets.update(DEBUG_PRESETS)
         return presets
 
     def __post_init__(self):
-        self.task_names = [canonical_task_name(name) for name in self.task_names]
+        check_user_tasks(self.tasks)
+        self.task_names = [canonical_name(name, self.tasks) for name in self.task_names]
         pretrained = os.path.join(self.data_dir, "models", self.model_name)
         if self.vocab_file is None:
             own = os.path.join(pretrained, "vocab.txt")

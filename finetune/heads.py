@@ -1,9 +1,8 @@
-"""Task heads on the shared encoder, one per task, under `task_specific/<task>/` (the original's names).
+"""The `[CLS]` heads on the shared encoder, one per task, under `task_specific/<task>/` (the original's names).
 
-A head reads the whole sequence output [B, L, H] and the batch, so span-extraction and tagging heads
-(later issues) fit the same interface: `call` gives the head's output, `per_example_loss` a loss per
-example [B] (the model keeps the rows of the head's own task), `predictions` what scorers and test
-files use. GLUE heads are the original's: the `[CLS]` vector -> dropout 0.1 (training only) ->
+A head reads the whole sequence output [B, L, H] and the batch, as the tagging and QA heads do:
+`call` gives the head's output, `per_example_loss` a loss per example [B] (the model keeps the
+rows of the head's own task), `predictions` what scorers and test files use. They are the original's: the `[CLS]` vector -> dropout 0.1 (training only) ->
 dense (glorot init, TF1's `tf.layers.dense` default). HF's two-layer `ElectraClassificationHead`
 is deliberately not used.
 """
@@ -62,10 +61,3 @@ class RegressionHead(ClsHead):
 
     def predictions(self, output):
         return output[:, 0]  # [B]
-
-
-def make_head(task, hidden_size: int) -> ClsHead:
-    """The head a GLUE task (`finetune.glue.GlueTask`) needs."""
-    if task.is_regression:
-        return RegressionHead(task.name, hidden_size)
-    return ClassificationHead(task.name, len(task.labels), hidden_size)

@@ -12,7 +12,6 @@ import tf_keras
 
 from electra_tf.modeling import BertConfig, build_encoder
 from electra_tf.modeling.layer_utils import build_in_scope
-from finetune.heads import ClsHead, make_head
 
 TASK_SCOPE = "task_specific"  # the layer-wise LR decay gives this scope the full learning rate
 
@@ -21,17 +20,16 @@ class FinetuningModel(tf_keras.Model):
     """`call(batch)` -> {task name: head output}; see `finetune.inputs` for the batch's keys."""
 
     def __init__(self, encoder_config: BertConfig, tasks: Sequence, config=None, **kwargs):
-        """`config` (a FinetuningConfig) sets the SQuAD head's options (finetune.span_tasks)."""
+        """`tasks` are `finetune.task.Task`s; `config` (a FinetuningConfig) sets the SQuAD head's options."""
         super().__init__(name="finetuning_model", **kwargs)
         self.encoder_config = encoder_config
         self.tasks = list(tasks)
         self.encoder = build_encoder(encoder_config, name="electra")
         hidden = encoder_config.hidden_size
-        self.heads = [task.make_head(config, hidden) if hasattr(task, "make_head") else make_head(task, hidden)
-                      for task in self.tasks]
+        self.heads = [task.make_head(config, hidden) for task in self.tasks]
         for head in self.heads:
             build_in_scope(head, None, TASK_SCOPE)
-        self.cls_only = all(isinstance(head, ClsHead) for head in self.heads)
+        self.cls_only = all(task.reads_cls_only for task in self.tasks)
 
     def call(self, batch, training: bool = False) -> Dict[str, tf.Tensor]:
         # When every head reads [CLS] alone, the last block computes only that row: [B, H] -> [B, 1, H].

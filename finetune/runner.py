@@ -36,23 +36,19 @@ from electra_tf.progress import Progress
 from electra_tf.training.distribution import precision_scope, set_determinism
 from electra_tf.training.interruption import Interruption
 from electra_tf.training.train_step import make_train_step
-from finetune import scorers
 from finetune.config import FinetuningConfig
-from finetune.task_data import EvalSplit, TaskData, load_task_data, make_tokenizer
-from finetune.glue import GlueTask
-from finetune.inputs import eval_batches, pad_batch, steps_per_epoch, train_batches
+from finetune.inputs import eval_batches, steps_per_epoch, train_batches
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
 from finetune.results import format_table, write_results
-from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
+from finetune.task import EvalSplit
+from finetune.task_data import TaskData, load_task_data, make_tokenizer
 
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
 BEST = "best"  # the best epoch's checkpoint (keep_best_model)
 INTERRUPTED = "interrupted"  # a trial stopped by a signal: its checkpoint, and `interrupted.json` (step, scores)
 RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
-BATCH_SPEC = {"input_ids": tf.TensorSpec([None, None], tf.int32), "input_mask": tf.TensorSpec([None, None], tf.int32),
-              "segment_ids": tf.TensorSpec([None, None], tf.int32), "task_id": tf.TensorSpec([None], tf.int32),
-              "label_ids": tf.TensorSpec([None], tf.int32), "targets": tf.TensorSpec([None], tf.float32)}
+TASK_CARDS = "task_cards.json"  # {task: Task.card()}: labels, tags, columns, for predicting later
 Scores = Dict[str, Dict[str, float]]
 
 
@@ -72,11 +68,8 @@ class Trial:
             self.model = FinetuningModel(config.encoder_config(), data.tasks, config)
         self.model_dir = Path(config.model_dir(trial))
         self.checkpoint = tf.train.Checkpoint(finetuning_model=self.model)
-        # SQuAD and chunking (which train alone) add their own batch keys and make their own batches
-        self.batch_spec = dict(BATCH_SPEC)
-        for task in data.tasks:
-            self.batch_spec.update(getattr(task, "batch_spec", {}))
-        self.make_batch = getattr(data.tasks[0], "batch", pad_batch)
+        self.batch_spec = data.batch_spec  # every task's keys: every head reads every batch
+        self.make_batch = data.train_batch
         self.predict_step = tf.function(self._predict, input_signature=[self.batch_spec])
 
     def initialise(self) -> None:
@@ -105,13 +98,13 @@ class Trial:
         return self.model.predictions(outputs), losses
 
     def predict(self, split: EvalSplit):
-        """(predictions, per-example losses) of a split, in example (feature) order. A SQuAD or chunking
-        task's predictions are, per example, the head's arrays: {key: [array per feature]} / [array]."""
+        """(predictions, per-example losses) of a split, in example (feature) order; the predictions
+        in the task's form (`Task.gather`: e.g. a number per example, SQuAD's arrays per window)."""
         n = len(split.features)
         losses = np.zeros(n, np.float64)
         columns: Dict = {}  # output key (None for a head with one output) -> its value per feature
         for indices, batch in eval_batches(split.features, self.config.eval_batch_size, self.config.dynamic_padding,
-                                           self.config.max_seq_length, self.make_batch):
+                                           self.config.max_seq_length, self.data.split_batch(split)):
             batch_predictions, batch_losses = self.predict_step(batch)
             losses[indices] = batch_losses[split.task.name].numpy()
             own = batch_predictions[split.task.name]
@@ -119,26 +112,14 @@ class Trial:
                 column = columns.setdefault(key, [None] * n)
                 for row, index in zip(value.numpy(), indices):
                     column[index] = row
-        if None not in columns:  # SQuAD: {key: [array per feature]}
-            return columns, losses
-        if isinstance(split.task, GlueTask):  # one number per example
-            return np.asarray(columns[None], np.float64), losses
-        return columns[None], losses  # chunking: [array per sentence]
+        return split.task.gather(columns), losses
 
     def evaluate(self) -> Scores:
         scores: Scores = {}
-        for split in self.data.dev:
+        for split in self.data.dev:  # MNLI's two dev splits score into one task's metrics
             predictions, losses = self.predict(split)
-            if not isinstance(split.task, GlueTask):
-                scores[split.task.name] = {**split.task.score(self.config, split.examples, split.features, predictions,
-                                                              self.config.results_dir), "loss": float(losses.mean())}
-                continue
-            labels = np.array([e.label for e in split.examples])
-            metrics = split.task.metrics
             scores.setdefault(split.task.name, {}).update(
-                scorers.score(metrics if not split.prefix else [m[len(split.prefix):] for m in metrics
-                                                                if m.startswith(split.prefix)],
-                              labels, predictions, float(losses.mean()), split.prefix))
+                split.task.score(self.config, split, predictions, float(losses.mean())))
         return scores
 
     def compile_train_step(self, num_steps: int):
@@ -178,7 +159,8 @@ class Trial:
         if resumed is None:
             shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
             self.model_dir.mkdir(parents=True)
-            self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab, what an export needs
+            self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab and the cards, what an export needs
+            (self.model_dir / TASK_CARDS).write_text(json.dumps({t.name: t.card() for t in self.data.tasks}, indent=2))
             shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
         state = resumed or {"step": 0, "scores": None, "best": -math.inf, "best_scores": None}
         scores, best, best_scores, start = state["scores"], state["best"], state["best_scores"], state["step"]
@@ -240,15 +222,12 @@ class Trial:
         return state
 
     def write_test_files(self) -> List[str]:
-        """GLUE-server files in results/glue_test/, or SQuAD 2.0's test answers (`SquadTask.write_test`)."""
-        written, results = [], Path(self.config.results_dir)
+        """Each test split's predictions as its task writes them (`Task.write_test`): GLUE-server
+        files in results/glue_test/, SQuAD 2.0's test answers, a user task's JSONL."""
+        written = []
         for split in self.data.test:
             predictions, _ = self.predict(split)
-            if isinstance(split.task, GlueTask):
-                path = write_server_file(results / GLUE_TEST_DIR, split.prefix, split.task, split.examples, predictions)
-            else:
-                path = split.task.write_test(self.config, split.examples, split.features, predictions, results)
-            written.append(str(path))
+            written.append(str(split.task.write_test(self.config, split, predictions, self.config.results_dir)))
         return written
 
 

@@ -12,7 +12,9 @@ from electra_tf.errors import InputError
 from electra_tf.modeling import BertConfig, build_encoder
 from electra_tf.modeling.layer_utils import build_in_scope
 from electra_tf.tokenization import Tokenizer
-from finetune import chunking, span_tasks
+from finetune import chunking
+from finetune.task import EvalSplit
+from finetune.tasks import get_task
 from finetune.config import FinetuningConfig
 from finetune.runner import run
 
@@ -142,19 +144,20 @@ def test_head_loss_matches_numpy_and_trains(conll, tokenizer):
     assert scores["f1"] == pytest.approx(2 * precision * recall / (precision + recall))
 
 
-def test_span_task_interface(conll, tokenizer, tmp_path):
+def test_chunk_task_interface(conll, tokenizer, tmp_path):
     (tmp_path / "chunk").mkdir()
     for name in ("train.txt", "test.txt"):
         (tmp_path / "chunk" / name).symlink_to(conll / name)
-    task = span_tasks.get_span_task("chunk")
+    task = get_task("chunk", root=str(tmp_path))
     config = SimpleNamespace(max_seq_length=task.presets["max_seq_length"], raw_data_dir=str(tmp_path),
                              conlleval_chunks=False)
-    dev = task.read(tmp_path, "dev", max_examples=30)
+    dev = task.read(config, "dev", 30)
     features = task.featurize(dev, tokenizer, config, task_id=1, split="dev")
-    assert len(features) == 30 and set(features.task_id) == {1} and len(task.label_mapping(tmp_path)) == 42
-    assert set(task.batch(features, [0, 3])) >= set(task.batch_spec)
+    assert len(features) == 30 and set(features.task_id) == {1} and len(task.mapping) == 42
+    assert set(task.make_batch(features, [0, 3])) >= set(task.batch_spec)
     assert task.make_head(config, 16).dense.units == 42
-    assert task.score(config, dev, features, features.labels, tmp_path)["f1"] == 100.0
+    split = EvalSplit(1, task, "dev", "", dev, features)
+    assert task.score(config, split, features.labels, 0.5)["f1"] == 100.0
 
 
 def test_run_finetuning_chunk_end_to_end(conll, vocab_file, tmp_path):

@@ -19,9 +19,9 @@ from electra_tf import layerwise_decay
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.pretraining import PretrainingModel
-from finetune import glue
 from finetune.config import FinetuningConfig
 from finetune.task_data import load_task_data, make_tokenizer
+from finetune.tasks import get_task
 from finetune.model import FinetuningModel
 from finetune.pretrained import load_encoder_weights
 from finetune.runner import Trial, main_score
@@ -66,7 +66,7 @@ def test_encoder_weights_come_from_the_pretrained_discriminator(data_dir):
     pretrained = PretrainingModel(PretrainingConfig.from_json_file(data_dir / "models/tiny/config.json"), 101, 102, 103)
     tf.train.Checkpoint(model=pretrained).read(str(data_dir / "models/tiny/ckpt-7")).expect_partial()
     expected = {v.name: v.numpy() for v in pretrained.network.discriminator.variables}
-    model = FinetuningModel(config.encoder_config(), [glue.get_task("mrpc")])
+    model = FinetuningModel(config.encoder_config(), [get_task("mrpc")])
     report = load_encoder_weights(model.encoder_variables, config.init_checkpoint)
     assert len(report.loaded) == len(model.encoder_variables) == len(expected) and report.unused
     assert not report.missing
@@ -75,11 +75,11 @@ def test_encoder_weights_come_from_the_pretrained_discriminator(data_dir):
 
     deeper = FinetuningModel(finetuning_config(data_dir, task_names=["mrpc"],
                                                model_hparam_overrides={"num_hidden_layers": 3}).encoder_config(),
-                             [glue.get_task("mrpc")])
+                             [get_task("mrpc")])
     with pytest.raises(InputError, match="lacks the required variable electra/encoder/layer_2/"):
         load_encoder_weights(deeper.encoder_variables, config.init_checkpoint)
     wider = FinetuningModel(finetuning_config(data_dir, task_names=["mrpc"], embedding_size=32).encoder_config(),
-                            [glue.get_task("mrpc")])
+                            [get_task("mrpc")])
     with pytest.raises(InputError, match=r"electra/embeddings/word_embeddings: the checkpoint has shape \[30522, 64\]"):
         load_encoder_weights(wider.encoder_variables, config.init_checkpoint)
 
@@ -88,7 +88,7 @@ def test_encoder_weights_come_from_the_pretrained_discriminator(data_dir):
 def test_layerwise_multipliers_of_every_finetuning_variable(data_dir, layers, decay, hidden):
     config = finetuning_config(data_dir, task_names=["mrpc", "sts"], model_size="small",
                                model_hparam_overrides={"num_hidden_layers": layers, "hidden_size": hidden})
-    model = FinetuningModel(config.encoder_config(), [glue.get_task("mrpc"), glue.get_task("sts")])
+    model = FinetuningModel(config.encoder_config(), [get_task("mrpc"), get_task("sts")])
     table = layerwise_decay.lr_multiplier_table(model.trainable_variables, layers, decay)
     assert len(table) == len(model.trainable_variables)
     for name, multiplier in table.items():  # spec §7: decay ** (n_layers + 2 - depth)
@@ -145,7 +145,7 @@ def test_a_trial_trains_with_the_configured_optimizer(data_dir, values, lr, top,
 
 
 def test_loss_is_each_examples_own_task_summed_over_the_batch(data_dir):
-    tasks = [glue.get_task("mrpc"), glue.get_task("sts")]
+    tasks = [get_task("mrpc"), get_task("sts")]
     model = FinetuningModel(finetuning_config(data_dir, task_names=["mrpc", "sts"]).encoder_config(), tasks)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(1, 1000, (6, 9)).astype(np.int32), "input_mask": np.ones((6, 9), np.int32),

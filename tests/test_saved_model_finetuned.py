@@ -19,7 +19,8 @@ from finetune.task_data import make_tokenizer
 from finetune.inputs import featurize, pad_batch
 from finetune.model import FinetuningModel
 from finetune.runner import FINETUNED
-from finetune.saved_model import encode_pair
+from finetune.servers import encode_pair
+from finetune.tasks import get_task
 from checkpoint_helpers import SERVED_PRECISION, assert_computes_in
 from test_finetuning import BASE, data_dir, finetuning_config  # noqa: F401 (data_dir is a fixture)
 
@@ -61,7 +62,7 @@ def finetuned(data_dir):  # noqa: F811
                                 "--hparams", json.dumps(hparams)]) == 0
     trial_dir = data_dir / "models" / "tiny" / "finetuning_models" / "mrpc_cola_sts_model_1"
     config = finetuning_config(data_dir, **hparams)
-    model = FinetuningModel(config.encoder_config(), [glue.get_task(name) for name in TASKS], config)
+    model = FinetuningModel(config.encoder_config(), [get_task(name) for name in TASKS], config)
     model({"input_ids": tf.ones([1, 3], tf.int32), "input_mask": tf.ones([1, 3], tf.int32),
            "segment_ids": tf.zeros([1, 3], tf.int32)})
     tf.train.Checkpoint(finetuning_model=model).read(str(trial_dir / FINETUNED)).assert_existing_objects_matched()

@@ -14,7 +14,9 @@ from electra_tf.errors import InputError
 from electra_tf.modeling import BertConfig, build_encoder
 from electra_tf.modeling.layer_utils import build_in_scope
 from electra_tf.tokenization import Tokenizer
-from finetune import qa_head, span_tasks, squad
+from finetune import qa_head, squad
+from finetune.task import EvalSplit
+from finetune.tasks import get_task
 from finetune import squad_postprocess as post
 
 # name: (v2, articles, paragraphs, questions, answerable, answers, gold spans that cut a WordPiece token)
@@ -378,12 +380,13 @@ def test_span_task_interface_scores_and_writes_the_original_files(shared_data, t
     config = SimpleNamespace(max_seq_length=128, doc_stride=64, max_query_length=32, beam_size=20,
                              joint_prediction=True, answerable_classifier=True, answerable_uses_start_logits=True,
                              answerable_weight=0.5, n_best_size=20, max_answer_length=30, qa_na_threshold=-2.75,
-                             tasks_key="squadv1", raw_data_dir=str(data_dir), drop_windows_without_answer=False)
-    task = span_tasks.get_span_task("squadv1")
-    assert (task.v2, task.presets["max_seq_length"], span_tasks.get_span_task("mrpc")) == (False, 512, None)
-    examples = task.read(data_dir, "dev", max_examples=40)
+                             tasks_key="squadv1", raw_data_dir=str(data_dir), drop_windows_without_answer=False,
+                             results_dir=str(tmp_path / "results"))
+    task = get_task("squadv1")
+    assert (task.v2, task.presets["max_seq_length"], get_task("mrpc").type_name) == (False, 512, "classification")
+    examples = task.read(config, "dev", 40)
     features = task.featurize(examples, tokenizer, config, task_id=0, split="dev")
-    assert len(features) > 40 and set(task.batch(features, [0, 1])) >= set(task.batch_spec)
+    assert len(features) > 40 and set(task.make_batch(features, [0, 1])) >= set(task.batch_spec)
     # as training windows: those without the answer point at [CLS] (the original's code), or with the
     # option are left out
     kept = task.featurize(examples, tokenizer, config, task_id=0, split="train")
@@ -392,13 +395,14 @@ def test_span_task_interface_scores_and_writes_the_original_files(shared_data, t
     dropped = task.featurize(examples, tokenizer, config, task_id=0, split="train")
     assert len(dropped) == (kept.start_positions > 0).sum() and dropped.start_positions.min() > 0
     assert set(dropped.example_index) == set(range(40))  # each question keeps the windows with its answer
-    scores = task.score(config, examples, features, _gold_beams(examples, features, 30), tmp_path / "results")
+    scores = task.score(config, EvalSplit(0, task, "dev", "", examples, features), _gold_beams(examples, features, 30),
+                        0.0)
     assert list(scores)[:1] == ["f1"] and scores["exact_match"] == scores["f1"] == 100.0
     written = tmp_path / "results" / "squadv1_qa"
     assert sorted(p.name for p in written.iterdir()) == ["squadv1_eval.json", "squadv1_preds.json"]
     assert json.loads((written / "squadv1_eval.json").read_text())["f1"] == 100.0
     with pytest.raises(InputError, match="no train file"):
-        task.read(data_dir, "train")
+        task.read(config, "train", None)
 
 
 def test_squad_v2_test_answers_follow_the_null_threshold(shared_data, tokenizer, tmp_path):
@@ -410,7 +414,8 @@ def test_squad_v2_test_answers_follow_the_null_threshold(shared_data, tokenizer,
     beams["null_score"] = np.array([1.0 if examples[i].is_impossible else -5.0 for i in features.example_index])
     config = SimpleNamespace(n_best_size=20, max_answer_length=30, answerable_classifier=True, qa_na_threshold=-2.75,
                              tasks_key="squad")
-    path = span_tasks.get_span_task("squad").write_test(config, examples, features, beams, tmp_path)
+    task = get_task("squad")
+    path = task.write_test(config, EvalSplit(0, task, "test", "", examples, features), beams, tmp_path)
     assert path == tmp_path / "squad_qa" / "squad_test_preds.json"
     answers = json.loads(path.read_text())
     assert len(answers) == 60 and {e.qas_id for e in examples if e.is_impossible} == {q for q, a in answers.items()

@@ -13,9 +13,8 @@ import tensorflow as tf
 from electra_tf import cpu_kernels
 from electra_tf.modeling import BertConfig, build_encoder, unpadded_rows
 from finetune.config import FinetuningConfig
-from finetune.glue import get_task
-from finetune.span_tasks import get_span_task
 from finetune.model import FinetuningModel
+from finetune.tasks import get_task
 
 # E != H (embeddings_project runs on the real tokens only), three blocks, two heads.
 CONFIG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
@@ -77,7 +76,7 @@ def test_cls_only_last_block_gives_the_same_values_and_gradients(encoder, batch,
 
 def test_fine_tuning_uses_the_cls_only_block_for_cls_heads_only():
     assert FinetuningModel(CONFIG, [get_task("sst"), get_task("mrpc")]).cls_only
-    squad = FinetuningModel(CONFIG, [get_span_task("squad")], FinetuningConfig(model_name="m", data_dir="unused"))
+    squad = FinetuningModel(CONFIG, [get_task("squad")], FinetuningConfig(model_name="m", data_dir="unused"))
     assert not squad.cls_only  # its head reads every token
 
 

@@ -1,0 +1,61 @@
+"""The nine GLUE tasks as presets of the classification and regression types.
+
+What is GLUE's is data in `finetune.glue` (files, columns, labels, metrics, server names); a
+preset reads its files through it (the original's TSV quirks, MNLI's two dev sets, the AX
+diagnostic, MRPC's and STS-B's doubled train pairs) and writes GLUE-server files for its test
+splits. Heads, losses, predictions, scores and the SavedModel are its type's, as for a user task.
+"""
+
+from pathlib import Path
+from typing import List
+
+from finetune import glue
+from finetune.classification import ClassificationTask
+from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
+from finetune.regression import RegressionTask
+from finetune.task import EvalSplit
+
+
+class GlueFiles:
+    """The file half of a GLUE preset (mixed into its type's class)."""
+
+    glue_task: glue.GlueTask
+
+    @property
+    def has_pair(self) -> bool:
+        return self.glue_task.train.text_b is not None
+
+    @property
+    def dev_files(self):
+        return self.glue_task.dev_files
+
+    def read(self, config, split: str, max_examples) -> List[glue.Example]:
+        return glue.read_split(Path(config.raw_data_dir), self.glue_task, split, max_examples, config.double_unordered)
+
+    def test_splits(self, config):
+        return glue.server_splits(self.glue_task)
+
+    def write_test(self, config, split: EvalSplit, predictions, results_dir) -> Path:
+        return write_server_file(Path(results_dir) / GLUE_TEST_DIR, split.prefix, self.glue_task, split.examples,
+                                 predictions)
+
+    def card(self) -> dict:
+        return {**super().card(), "glue": self.glue_task.name}
+
+
+class GlueClassification(GlueFiles, ClassificationTask):
+    def __init__(self, glue_task: glue.GlueTask):
+        super().__init__(glue_task.name, None, glue_task.labels, glue_task.metrics, per_class=False)
+        self.glue_task = glue_task
+
+
+class GlueRegression(GlueFiles, RegressionTask):
+    def __init__(self, glue_task: glue.GlueTask):
+        super().__init__(glue_task.name, None, glue.STS_MAX, glue_task.metrics)
+        self.glue_task = glue_task
+
+
+def glue_preset(name: str):
+    """The preset of a GLUE task (its original or folder name)."""
+    task = glue.get_task(name)
+    return GlueRegression(task) if task.is_regression else GlueClassification(task)

@@ -1,0 +1,74 @@
+"""What the sentence-level task types share: a text or a text pair a row, read from the task's
+files, featurized as `[CLS] a [SEP] (b [SEP])`, with a head on the `[CLS]` vector.
+
+`classification`, `regression` and `multilabel` differ only in their label (`label_value`), head,
+scores and outputs. The GLUE presets (`finetune.glue_presets`) read the GLUE files instead.
+"""
+
+import abc
+from pathlib import Path
+from typing import List, Optional
+
+from electra_tf.errors import InputError
+from finetune.glue import Example
+from finetune.inputs import Features, featurize
+from finetune.table_files import Layout, text_cell
+from finetune.task import EvalSplit, Task
+from finetune.task_files import TaskFiles, write_test_predictions
+
+
+class SentenceTask(Task):
+    reads_cls_only = True
+
+    def __init__(self, name: str, files: Optional[TaskFiles]):
+        self.name, self.files = name, files
+
+    @staticmethod
+    def spec_files(spec: dict, root: Optional[str]) -> TaskFiles:
+        """The files and columns of a user task's spec (`finetune.task_specs`)."""
+        layout = Layout(spec["format"], quoting=spec.get("quoting", False), header=spec.get("header", True))
+        return TaskFiles(root or "", spec["train"], spec["dev"], spec.get("test"), layout, spec.get("text", "text"),
+                         spec.get("text_b"), spec.get("label", "label"), spec.get("id"))
+
+    @property
+    def has_pair(self) -> bool:
+        return self.files.text_b is not None
+
+    @abc.abstractmethod
+    def label_value(self, cell, path: Path, line: int):
+        """The example's label (a class position, a target, a label vector) from its label cell."""
+
+    def read(self, config, split: str, max_examples: Optional[int]) -> List[Example]:
+        if split == "test" and self.files.test is None:
+            raise InputError(f"task {self.name}: no test file in its spec")
+        path, rows = self.files.rows(split, max_examples)
+        examples = []
+        for line, cells in rows:
+            text_a = text_cell(cells["text"], path, line, f"text (column {self.files.text!r})")
+            text_b = None
+            if self.has_pair:
+                text_b = text_cell(cells["text_b"], path, line, f"second text (column {self.files.text_b!r})")
+            label = self.label_value(cells["label"], path, line) if "label" in cells else None
+            index = None if self.files.id is None else str(cells["id"])
+            examples.append(Example(len(examples), text_a, text_b, label, index))
+        return examples
+
+    def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> Features:
+        return featurize(examples, tokenizer, config.max_seq_length, task_id, self.is_regression)
+
+    is_regression = False  # the label is a float target (finetune.inputs' `targets`), not a class
+
+    def test_splits(self, config):
+        return (("test", "test"),) if self.files is not None and self.files.test is not None else ()
+
+    def write_test(self, config, split: EvalSplit, predictions, results_dir) -> Path:
+        return write_test_predictions(results_dir, self.name, [e.index for e in split.examples],
+                                      [self.output(p) for p in predictions])
+
+    @abc.abstractmethod
+    def output(self, prediction) -> dict:
+        """One prediction as a JSON object (what test predictions and `predict` write)."""
+
+    def card(self) -> dict:
+        return {"type": self.type_name, "pair": self.has_pair,
+                "files": None if self.files is None else self.files.card()}

@@ -1,0 +1,82 @@
+"""What a fine-tuned model's SavedModel serves: tokenizer + encoder + one task's head on raw strings.
+
+The sentence-level servers take `text_a` (tf.string [B]) and, for a pair task, `text_b`; the
+examples are featurized as `finetune.inputs.featurize` does ([CLS] a [SEP] b [SEP], segment 0 up
+to the first [SEP], BERT's longest-first truncation to max_seq_length) and they return
+    classification: probabilities float32 [B, num_labels] (softmax, in the task's label order)
+                    label         tf.string [B]  the most probable label's name
+    regression:     score         float32 [B]    the output times the task's scale (STS-B: 0-5),
+                                                 not clipped as the GLUE server file is
+A task's `server` (finetune.task) picks its server.
+"""
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from electra_tf.checkpoints.saved_model import encode, precision_record
+from electra_tf.tokenization import Tokenizer
+
+
+def encode_pair(tokenizer: Tokenizer, text_a: tf.Tensor, text_b: tf.Tensor, max_seq_length: int):
+    """text_a, text_b tf.string [B] -> (input_ids, input_mask, segment_ids) int32 [B, L], padded.
+
+    `truncate_pair`'s rule, in the graph: the longer text loses its last token until both fit. tf_text's
+    ShrinkLongestTrimmer cuts the *first* of two equally long segments, BERT's the second, so the
+    trimmer sees (b, a). A row whose text_b has no tokens is `[CLS] a [SEP]` alone, as `featurize`'s.
+    """
+    tokens_a, tokens_b = tokenizer.tokenize(text_a), tokenizer.tokenize(text_b)  # [B, (Ta)], [B, (Tb)]
+    pair_b, pair_a = tf_text.ShrinkLongestTrimmer(max_seq_length - 3).trim([tokens_b, tokens_a])
+    pair_ids, pair_segments = tf_text.combine_segments([pair_a, pair_b], tokenizer.cls_id, tokenizer.sep_id)
+    single_ids, single_segments = tf_text.combine_segments([tokens_a[:, :max_seq_length - 2]], tokenizer.cls_id,
+                                                           tokenizer.sep_id)
+    rows = tf.range(tokens_a.nrows())
+    pick = tf.where(tokens_b.row_lengths() > 0, rows, rows + tokens_a.nrows())  # [B]: pair row, else single row
+    ids = tf.cast(tf.gather(tf.concat([pair_ids, single_ids], axis=0), pick), tf.int32)  # [B, (L)]
+    segments = tf.gather(tf.concat([pair_segments, single_segments], axis=0), pick)
+    return ids.to_tensor(tokenizer.pad_id), tf.ones_like(ids).to_tensor(0), tf.cast(segments, tf.int32).to_tensor(0)
+
+
+class SentenceServer(tf.Module):
+    """Tokenizer + fine-tuned encoder + one sentence-level task's head, served on raw strings."""
+
+    def __init__(self, tokenizer: Tokenizer, model, task, max_seq_length: int, precision: str = "float32"):
+        super().__init__(name=f"electra_{task.name}")
+        self.tokenizer, self.encoder = tokenizer, model.encoder
+        self.head = model.heads[[t.name for t in model.tasks].index(task.name)]
+        self.task, self.max_seq_length = task, max_seq_length
+        self.precision = precision_record(precision)
+        text = tf.TensorSpec([None], tf.string, name="text_a")
+        if task.has_pair:
+            self.serve = tf.function(self._serve_pair, input_signature=[
+                text, tf.TensorSpec([None], tf.string, name="text_b")])
+        else:
+            self.serve = tf.function(self._serve_single, input_signature=[text])
+
+    def _serve_single(self, text_a):
+        input_ids, input_mask = encode(self.tokenizer, text_a, self.max_seq_length)  # [B, L]
+        return self._outputs(input_ids, input_mask, tf.zeros_like(input_ids))
+
+    def _serve_pair(self, text_a, text_b):
+        return self._outputs(*encode_pair(self.tokenizer, text_a, text_b, self.max_seq_length))
+
+    def _outputs(self, input_ids, input_mask, segment_ids):
+        cls = self.encoder.call_unpadded(input_ids, input_mask, segment_ids, cls_only=True)  # [B, H]
+        return self.head_outputs(self.head(cls[:, tf.newaxis], training=False))
+
+    def head_outputs(self, output) -> dict:
+        """The served outputs of the head's output."""
+        raise NotImplementedError
+
+
+class ClassifierServer(SentenceServer):
+    def head_outputs(self, logits) -> dict:
+        """logits [B, C] -> probabilities [B, C] and the label name [B]."""
+        labels = tf.constant(list(self.task.labels))
+        return {"probabilities": tf.nn.softmax(logits, axis=-1),
+                "label": tf.gather(labels, tf.argmax(logits, axis=-1, output_type=tf.int32))}
+
+
+class RegressorServer(SentenceServer):
+    def head_outputs(self, output) -> dict:
+        """output [B, 1] -> score [B] on the task's own scale."""
+        return {"score": output[:, 0] * self.task.scale}

@@ -1,0 +1,93 @@
+"""SQuAD 2.0 (`squad`) and 1.1 (`squadv1`) behind the task interface (`finetune.task`): windows of
+the context (`finetune.squad`), the original's QA head (`finetune.qa_head`) and its answer
+postprocessing and official scores (`finetune.squad_postprocess`). Trained alone it takes 512
+tokens and 2 epochs, as the original.
+"""
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+
+from finetune import squad, squad_postprocess
+from finetune.qa_head import QAHead
+from finetune.task import EvalSplit, Task
+
+
+class SquadTask(Task):
+    """`squad` (SQuAD 2.0) or `squadv1` (SQuAD 1.1)."""
+
+    type_name = "squad"
+    presets = {"max_seq_length": 512, "num_train_epochs": 2.0}
+    batch_spec = {"start_positions": tf.TensorSpec([None], tf.int32),
+                  "end_positions": tf.TensorSpec([None], tf.int32),
+                  "is_impossible": tf.TensorSpec([None], tf.float32)}
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @property
+    def v2(self) -> bool:
+        return squad.TASKS[self.name]
+
+    def read(self, config, split: str, max_examples: Optional[int]) -> List[squad.Example]:
+        return squad.read_examples(squad.split_file(config.raw_data_dir, self.name, split), self.v2, max_examples,
+                                   training=split == "train", labels=split != "test")
+
+    def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> squad.QAFeatures:
+        return squad.featurize(examples, tokenizer, config.max_seq_length, config.doc_stride,
+                               config.max_query_length, task_id,
+                               drop_windows_without_answer=config.drop_windows_without_answer and split == "train"
+                               and not self.v2)
+
+    def make_batch(self, features, indices, pad_to=None) -> dict:
+        return squad.qa_batch(features, indices, pad_to)
+
+    def test_splits(self, config):
+        return (("", "test"),) if self.v2 else ()  # the original writes SQuAD 2.0's test answers only
+
+    def make_head(self, config, hidden_size: int) -> QAHead:
+        return QAHead(self.name, hidden_size, config.beam_size, config.joint_prediction,
+                      config.answerable_classifier, config.answerable_uses_start_logits, config.answerable_weight)
+
+    def gather(self, columns):
+        return columns  # {head output key: [array per window]}
+
+    def score(self, config, split: EvalSplit, predictions: Dict, loss: float) -> Dict[str, float]:
+        """Answers -> `<results_dir>/<tasks>_qa/<task>_{preds,null_odds,eval}.json` and the official scores;
+        the answers are scored against the split's own file (only the questions that were read)."""
+        answers, null_odds = self._answers(config, split.examples, split.features, predictions)
+        paths = squad_postprocess.output_paths(config.results_dir, config.tasks_key, self.name)
+        squad_postprocess.write_json(paths["preds"], answers)
+        dataset = _only(squad.load_dataset(squad.split_file(config.raw_data_dir, self.name, split.name)), set(answers))
+        if self.v2:
+            squad_postprocess.write_json(paths["null_odds"], null_odds)
+            scores = squad_postprocess.evaluate_v2(dataset, answers, null_odds, config.qa_na_threshold)
+        else:
+            scores = squad_postprocess.evaluate_v1(dataset, answers)
+        squad_postprocess.write_json(paths["eval"], scores)
+        return {"f1": scores["f1"], **scores, "loss": float(loss)}
+
+    def _answers(self, config, examples, features, predictions: Dict):
+        """({id: best span}, {id: null odds} (SQuAD 2.0)) of the head's outputs per window."""
+        answers, null_odds, _ = squad_postprocess.predict_answers(
+            examples, features, predictions, config.n_best_size, config.max_answer_length, self.v2,
+            config.answerable_classifier)
+        return answers, null_odds
+
+    def write_test(self, config, split: EvalSplit, predictions: Dict, results_dir) -> Path:
+        """SQuAD 2.0's test answers, as the original writes them: the best span, or "" where its
+        null odds exceed `qa_na_threshold`; `<results_dir>/<tasks>_qa/<task>_test_preds.json`."""
+        answers, null_odds = self._answers(config, split.examples, split.features, predictions)
+        final = {qid: "" if null_odds[qid] > config.qa_na_threshold else text for qid, text in answers.items()}
+        directory = squad_postprocess.output_paths(results_dir, config.tasks_key, self.name)["preds"].parent
+        return squad_postprocess.write_json(directory / f"{self.name}_test_preds.json", final)
+
+    def card(self) -> dict:
+        return {"type": self.type_name, "v2": self.v2}
+
+
+def _only(dataset: list, ids) -> list:
+    """The articles with only the questions in `ids` (max_examples reads a prefix of the file)."""
+    return [{"paragraphs": [{"context": p["context"], "qas": [qa for qa in p["qas"] if qa["id"] in ids]}
+                            for p in article["paragraphs"]]} for article in dataset]

@@ -1,0 +1,155 @@
+"""Rows of a user's task file: CSV (standard quoting), TSV (quoting on or off) or JSONL.
+
+`read_rows(path, layout, columns, max_rows)` gives (line number, {field: cell}) for each data row,
+the fields named by the task spec (`text`, `text_b`, `label`, `id`) and found by header name or by
+index. Every fault is one InputError naming the file and line (and the column or field): bytes
+that are not UTF-8, a column the header lacks (the header's columns are listed), a row with more
+or fewer fields than the header, a quote never closed, a JSONL line that is not an object or lacks
+a field. A JSONL value stays as parsed (a list stays a list); CSV and TSV cells are strings.
+"""
+
+import csv
+import dataclasses
+import io
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from electra_tf.errors import InputError
+
+FORMATS = ("csv", "tsv", "jsonl")
+Column = Union[str, int]  # a header name, or a 0-based index (negative: from the row's end)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How a file is written: its format, whether a TSV quotes, whether a CSV/TSV has a header."""
+
+    format: str
+    quoting: bool = False  # TSV only; CSV always quotes as the standard says
+    header: bool = True  # CSV / TSV
+
+
+def read_text(path: Path) -> str:
+    """The file as UTF-8 (a BOM dropped); bytes that are not UTF-8 are an error naming the line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read it ({error.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: bytes that are not UTF-8 ({data[error.start:error.start + 4]!r}); "
+                         f"save the file as UTF-8") from None
+
+
+def _delimited(path: Path, text: str, layout: Layout):
+    """(first line, fields) of each non-blank record of a CSV or TSV."""
+    dialect = dict(delimiter="," if layout.format == "csv" else "\t", strict=True)
+    if layout.format == "tsv" and not layout.quoting:
+        dialect["quoting"] = csv.QUOTE_NONE
+    reader = csv.reader(io.StringIO(text, newline=""), **dialect)
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            raise InputError(f"{path}:{start}: malformed {layout.format.upper()} ({error}); a quote opened "
+                             f"here is not closed as the format requires") from None
+        if any(cell.strip() for cell in row):
+            yield start, row
+        start = reader.line_num + 1
+
+
+def _index(columns: List[str], column: Column, path: Path, field: str, header: bool,
+           optional: bool = False) -> Optional[int]:
+    if isinstance(column, int):
+        return column
+    if optional and column not in columns:
+        return None
+    if not header:
+        raise InputError(f"{path}: {field} column {column!r} is a name, but the task says the file has no "
+                         f"header: give its index")
+    if column not in columns:
+        raise InputError(f"{path}:1: no column {column!r} for the {field}; the header's columns are "
+                         f"{', '.join(repr(c) for c in columns)}")
+    return columns.index(column)
+
+
+def _delimited_rows(path: Path, text: str, layout: Layout, columns: Dict[str, Column],
+                    max_rows: Optional[int], optional) -> List[Tuple[int, Dict[str, object]]]:
+    records = _delimited(path, text, layout)
+    header = next(records, None) if layout.header else None
+    if layout.header and header is None:
+        raise InputError(f"{path}: is empty (no header)")
+    width = len(header[1]) if header else None
+    where = {field: _index(header[1] if header else [], column, path, field, layout.header, field in optional)
+             for field, column in columns.items()}
+    where = {field: index for field, index in where.items() if index is not None}
+    rows = []
+    for line, row in records:
+        if max_rows is not None and len(rows) >= max_rows:
+            break
+        if width is not None and len(row) != width:
+            raise InputError(f"{path}:{line}: {len(row)} fields, but the header has {width}")
+        cells = {}
+        for field, index in where.items():
+            if not -len(row) <= index < len(row):
+                raise InputError(f"{path}:{line}: {len(row)} fields, no column {index} for the {field}")
+            cells[field] = row[index]
+        rows.append((line, cells))
+    return rows
+
+
+def _jsonl_rows(path: Path, text: str, columns: Dict[str, Column],
+                max_rows: Optional[int], optional) -> List[Tuple[int, Dict[str, object]]]:
+    rows = []
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        if max_rows is not None and len(rows) >= max_rows:
+            break
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}:{line}: not a JSON object ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{path}:{line}: not a JSON object")
+        cells = {}
+        for field, key in columns.items():
+            if key not in record and field in optional:
+                continue
+            if key not in record:
+                raise InputError(f"{path}:{line}: no field {key!r} for the {field}; the line has "
+                                 f"{', '.join(repr(k) for k in record)}")
+            cells[field] = record[key]
+        rows.append((line, cells))
+    return rows
+
+
+def read_rows(path, layout: Layout, columns: Dict[str, Column], max_rows: Optional[int] = None,
+              optional: Sequence[str] = ()) -> List[Tuple[int, Dict[str, object]]]:
+    """(1-based line, {field: cell}) of each data row of `path` (blank lines skipped); a field in
+    `optional` whose column the file lacks is left out of the rows instead of being an error."""
+    path = Path(path)
+    text = read_text(path)
+    if layout.format == "jsonl":
+        rows = _jsonl_rows(path, text, columns, max_rows, optional)
+    else:
+        rows = _delimited_rows(path, text, layout, columns, max_rows, optional)
+    if not rows:
+        raise InputError(f"{path}: holds no rows")
+    return rows
+
+
+def text_cell(value, path: Path, line: int, field: str) -> str:
+    """A text cell: a non-empty string (JSON numbers are taken as their text)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{path}:{line}: the {field} is empty" if isinstance(value, str) or value is None
+                         else f"{path}:{line}: the {field} is {type(value).__name__}, not text")
+    return value

@@ -1,0 +1,130 @@
+"""The `tagging` task type: a tag per word (named entities, chunks), the original's tagging head.
+
+Files: CoNLL columns (a word a line, its tag in `tag_column`, the last unless given; a blank line
+between sentences; `-DOCSTART-` skipped) or JSONL (`{"tokens": [...], "tags": [...]}`, the keys
+named by `text` and `label`). Tags are IOB1, IOB2 or BIOES (`scheme`) of any entity types; they
+become BIOES over the entities read by conlleval's rules, and the head predicts the BIOES tags of
+every split file (as the original's chunking task; an entity type train lacks is an error). Words are featurized as the original's chunking task does
+(`finetune.chunking`: the first sub-token of each word is labelled), lower-cased when the run's
+`do_lower_case` is (a cased model sees cased words). Scores: entity precision, recall and F1 by
+conlleval's rules, overall and per type (`<type>/f1`, ...). `chunk` is its preset
+(`finetune.chunk_preset`).
+"""
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf.errors import InputError
+from finetune import chunking
+from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
+from finetune.table_files import Layout, read_rows
+from finetune.task import EvalSplit, Task
+
+SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
+
+
+class TaggingTask(Task):
+    type_name = "tagging"
+    batch_spec = {"labeled_positions": tf.TensorSpec([None, None], tf.int32),
+                  "tag_ids": tf.TensorSpec([None, None], tf.int32),
+                  "labels_mask": tf.TensorSpec([None, None], tf.float32)}
+
+    def __init__(self, name: str, root: Optional[str], paths: Dict[str, Optional[str]], format: str = "conll",
+                 scheme: str = "iob2", tag_column: int = -1, tokens_key: str = "tokens", tags_key: str = "tags",
+                 tags: Optional[List[str]] = None):
+        self.name, self.root, self.paths, self.format = name, root, paths, format
+        self.scheme, self.tag_column, self.tokens_key, self.tags_key = scheme, tag_column, tokens_key, tags_key
+        self._tags = list(tags) if tags else None
+
+    @classmethod
+    def from_spec(cls, name: str, spec: dict, root: Optional[str], card: dict) -> "TaggingTask":
+        paths = {split: spec.get(split) for split in ("train", "dev", "test")}
+        return cls(name, root, paths, spec["format"], spec.get("scheme", "iob2"), spec.get("tag_column", -1),
+                   spec.get("text", "tokens"), spec.get("label", "tags"), card.get("tags"))
+
+    def path(self, split: str) -> Path:
+        return Path(self.root) / self.paths[split]
+
+    def _sentences(self, path: Path, max_examples: Optional[int]) -> List[Sentence]:
+        prefixes = SCHEMES[self.scheme]
+        if self.format == "conll":
+            return chunking.read_sentences(path, max_examples, self.tag_column, prefixes)
+        sentences = []
+        for line, cells in read_rows(path, Layout("jsonl"), {"tokens": self.tokens_key, "tags": self.tags_key},
+                                     max_examples):
+            words, tags = cells["tokens"], cells["tags"]
+            if not (isinstance(words, list) and isinstance(tags, list)):
+                raise InputError(f"{path}:{line}: {self.tokens_key!r} and {self.tags_key!r} must be JSON lists")
+            if len(words) != len(tags) or not words:
+                raise InputError(f"{path}:{line}: {len(words)} tokens but {len(tags)} tags")
+            for tag in tags:
+                if not isinstance(tag, str) or (tag != "O" and (len(tag) < 3 or tag[1] != "-" or tag[0] not in prefixes)):
+                    raise InputError(f"{path}:{line}: tag {tag!r} is not O or "
+                                     f"{'/'.join(p + '-' for p in prefixes)}<type> ({self.scheme})")
+            sentences.append(Sentence(len(sentences), tuple(map(str, words)), tuple(tags)))
+        return sentences
+
+    def read(self, config, split: str, max_examples: Optional[int]) -> List[Sentence]:
+        if self.paths.get(split) is None:
+            raise InputError(f"task {self.name}: no {split} file in its spec")
+        sentences = self._sentences(self.path(split), max_examples)
+        if not sentences:
+            raise InputError(f"{self.path(split)}: holds no sentences")
+        return sentences
+
+    @property
+    def tags(self) -> List[str]:
+        """The head's classes: the BIOES tags of every split file present, sorted (the original's
+        mapping); an entity type the train file never has is an error naming the file and sentence."""
+        if self._tags is None:
+            splits = {split: self._sentences(self.path(split), None) for split in ("train", "dev", "test")
+                      if self.paths.get(split) is not None}
+            types = {tag[2:] for s in splits["train"] for tag in s.tags if tag != "O"}
+            for split, sentences in splits.items():
+                for sentence in sentences:
+                    unknown = {tag[2:] for tag in sentence.tags if tag != "O"} - types
+                    if unknown:
+                        raise InputError(f"{self.path(split)}: sentence {sentence.eid + 1} has entity type "
+                                         f"{sorted(unknown)[0]!r}, which the train file never has")
+            self._tags = list(chunking.label_mapping(*splits.values()))
+        return self._tags
+
+    @property
+    def mapping(self) -> Dict[str, int]:
+        return {tag: i for i, tag in enumerate(self.tags)}
+
+    def lowercase(self, config) -> bool:
+        return bool(config.do_lower_case)
+
+    def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> TaggingFeatures:
+        return chunking.featurize(examples, tokenizer, config.max_seq_length, self.mapping, task_id,
+                                  self.lowercase(config))
+
+    def make_batch(self, features, indices, pad_to=None) -> dict:
+        return chunking.tagging_batch(features, indices, pad_to)
+
+    def make_head(self, config, hidden_size: int) -> TaggingHead:
+        return TaggingHead(self.name, len(self.tags), hidden_size)
+
+    def gather(self, columns):
+        return columns[None]  # [array of tag ids (one per kept word)] per sentence
+
+    def _tag_names(self, config, split: EvalSplit, predictions):
+        names = {i: tag for tag, i in self.mapping.items()}
+        gold = [[names[int(i)] for i in labels] for labels in split.features.labels]
+        guessed = [[names[int(i)] for i in np.asarray(p)[:len(labels)]]
+                   for p, labels in zip(predictions, split.features.labels)]
+        return gold, guessed
+
+    def score(self, config, split: EvalSplit, predictions, loss: float) -> Dict[str, float]:
+        gold, guessed = self._tag_names(config, split, predictions)
+        return {**chunking.chunk_f1(gold, guessed, conlleval=True), **chunking.typed_f1(gold, guessed),
+                "loss": float(loss)}
+
+    def card(self) -> dict:
+        return {"type": self.type_name, "tags": self.tags, "scheme": self.scheme, "format": self.format,
+                "tag_column": self.tag_column, "tokens_key": self.tokens_key, "tags_key": self.tags_key}
+

@@ -1,0 +1,95 @@
+"""Bad input to a user's task: one InputError naming the file and line (and the column or field),
+and nothing written."""
+
+import json
+
+import pytest
+
+import run_finetuning
+from electra_tf.errors import InputError
+from finetune.config import FinetuningConfig
+from finetune.task_data import load_task_data, make_tokenizer
+
+HPARAMS = dict(model_size="tiny", random_init=True, max_seq_length=32)
+CSV = {"type": "classification", "format": "csv", "train": "t/train.csv", "dev": "t/dev.csv"}
+GOOD_CSV = "text,label\nfine film,pos\ndull film,neg\n"
+
+
+def load(tmp_path, spec: dict, files: dict):
+    """Writes `files` ({name under finetuning_data/t: text or bytes}) and loads the task `t`."""
+    folder = tmp_path / "finetuning_data" / "t"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    config = FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": ["t"], "tasks": {"t": spec}})
+    return load_task_data(config, make_tokenizer(config))
+
+
+@pytest.fixture(autouse=True)
+def vocab(tmp_path, vocab_file):
+    (tmp_path / "vocab.txt").symlink_to(vocab_file)
+
+
+@pytest.mark.parametrize("spec, files, message", [
+    ({**CSV, "text": "review"}, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV},
+     r"t/train.csv:1: no column 'review' for the text; the header's columns are 'text', 'label'"),
+    (CSV, {"train.csv": GOOD_CSV + "odd,film,pos\n", "dev.csv": GOOD_CSV},
+     r"t/train.csv:4: 3 fields, but the header has 2"),
+    (CSV, {"train.csv": GOOD_CSV + '"never closed,pos\n', "dev.csv": GOOD_CSV},
+     r"t/train.csv:4: malformed CSV .*quote"),
+    (CSV, {"train.csv": "text,label\n ,pos\n", "dev.csv": GOOD_CSV},
+     r"t/train.csv:2: the text \(column 'text'\) is empty"),
+    (CSV, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV + "so-so film,meh\n"},
+     r"t/dev.csv:4: label 'meh' is not one of the task's labels \(neg, pos\)"),
+    ({**CSV, "type": "regression"}, {"train.csv": "text,label\nfine,4.5\nbad,high\n", "dev.csv": GOOD_CSV},
+     r"t/train.csv:3: target 'high' is not a number"),
+    ({**CSV, "type": "multilabel"}, {"train.csv": 'text,label\nfine,"[""a""]"\nbad,a;b\n', "dev.csv": GOOD_CSV},
+     r"t/train.csv:3: labels 'a;b' are neither a JSON list"),
+    (CSV, {"train.csv": b"text,label\nfine,pos\ncaf\xe9,neg\n", "dev.csv": GOOD_CSV},
+     r"t/train.csv:3: bytes that are not UTF-8"),
+    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"tokens": ["a", "b"], "tags": ["O", "O"]}\n{"tokens": ["John", "ran", "off"], "tags": ["B-PER", "O"]}\n'},
+     r"t/train.jsonl:2: 3 tokens but 2 tags"),
+    ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt"},
+     {"train.txt": "-DOCSTART- -X- O\n\nJohn NNP B-PER\nran VBD X-PER\n"},
+     r"t/train.txt:4: tag 'X-PER' is not O or B-/I-<type>"),
+    ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/dev.txt", "scheme": "iob2"},
+     {"train.txt": "John B-PER\nran O\n", "dev.txt": "Paris B-LOC\n"},
+     r"t/dev.txt: sentence 1 has entity type 'LOC', which the train file never has"),
+    ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt"},
+     {"train.txt": "-DOCSTART- -X- O\n\n"}, r"t/train.txt: holds no sentences"),
+])
+def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
+    with pytest.raises(InputError, match=message):
+        load(tmp_path, spec, files)
+
+
+@pytest.mark.parametrize("tasks, message", [
+    ({"t": {**CSV, "type": "ranking"}}, r"tasks.t.type 'ranking' is not one of: classification, multilabel, "
+                                        r"regression, tagging"),
+    ({"t": {**CSV, "colour": "red"}}, r"tasks.t: unknown field 'colour' for a classification task; its fields "
+                                      r"are type, format, train, dev, test, text, text_b, label, id"),
+    ({"t": {**CSV, "header": "yes"}}, r"tasks.t.header must be true or false, got 'yes'"),
+    ({"t": {**CSV, "format": "conll"}}, r"tasks.t.format 'conll' is not one of: csv, tsv, jsonl"),
+    ({"mrpc": CSV}, r"tasks.mrpc: 'mrpc' is a built-in task's name"),
+])
+def test_bad_task_specs_are_refused(tmp_path, tasks, message):
+    with pytest.raises(InputError, match=message):
+        FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": list(tasks), "tasks": tasks})
+
+
+def test_an_undefined_task_name_lists_the_defined_ones(tmp_path):
+    with pytest.raises(InputError, match=r"unknown task 'reviews'.*the tasks defined under \"tasks\": t"):
+        FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": ["reviews"], "tasks": {"t": CSV}})
+
+
+def test_the_script_writes_nothing_on_bad_input(tmp_path, capsys):
+    folder = tmp_path / "finetuning_data" / "t"
+    folder.mkdir(parents=True)
+    (folder / "train.csv").write_text(GOOD_CSV)
+    (folder / "dev.csv").write_text(GOOD_CSV + "so-so,meh\n")
+    hparams = {**HPARAMS, "task_names": ["t"], "tasks": {"t": CSV}}
+    code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m", "--hparams", json.dumps(hparams)])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and error.count("\n") == 0 and "dev.csv:4: label 'meh'" in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["finetuning_data", "vocab.txt"]

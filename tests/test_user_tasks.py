@@ -1,0 +1,180 @@
+"""The user's own tasks (`tasks` in --hparams): the general types reproduce the built-in presets
+they generalise (SST-2 as a CSV classification task predicts what `sst` predicts; CoNLL-2000 as a
+tagging task what `chunk` predicts), their metrics equal independent computations, a classifier
+and a tagger train in one run, and test predictions carry the rows' ids."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn import metrics as sk
+
+from electra_tf.training.interruption import Interruption
+from finetune import chunking
+from finetune.config import FinetuningConfig
+from finetune.inputs import Features, pad_batch
+from finetune.multitask import MixedFeatures, batch_spec, mixed_batch
+from finetune.runner import Trial, run
+from finetune.task_data import load_task_data, make_tokenizer
+
+ROWS = 64
+BASE = dict(model_size="tiny", random_init=True, max_seq_length=40, train_batch_size=16, eval_batch_size=32,
+            max_examples=ROWS, num_train_epochs=1.0, iterations_per_loop=100, learning_rate=1e-3, seed=3)
+REVIEWS = {"type": "classification", "format": "csv", "train": "reviews/train.csv", "dev": "reviews/dev.csv",
+           "text": "sentence", "label": "sentiment"}
+PHRASES = {"type": "tagging", "format": "conll", "train": "chunk/train.txt", "dev": "chunk/dev.txt"}
+
+
+def _tsv_rows(path, limit):
+    header, *rows = path.read_text(encoding="utf-8").split("\n")
+    return header.split("\t"), [row.split("\t") for row in rows if row][:limit]
+
+
+def _chunk_types(sentence) -> list:
+    return sorted({tag[2:] for tag in sentence.tags if tag != "O"})
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, shared_data, vocab_file):
+    """finetuning_data/ with SST-2, STS-B and chunk (train.txt, dev.txt = CoNLL's test.txt) linked,
+    and user files written from the same rows: reviews/*.csv (SST-2), similarity/*.csv (STS-B),
+    topics/*.jsonl (CoNLL-2000 sentences labelled with the chunk types they hold)."""
+    root = tmp_path_factory.mktemp("user_tasks")
+    data = root / "finetuning_data"
+    for folder in ("SST-2", "STS-B"):
+        (data / folder).mkdir(parents=True)
+        for split in ("train", "dev"):
+            (data / folder / f"{split}.tsv").symlink_to(shared_data / "glue" / folder / f"{split}.tsv")
+    (data / "chunk").mkdir()
+    (data / "chunk" / "train.txt").symlink_to(shared_data / "conll2000" / "train.txt")
+    (data / "chunk" / "dev.txt").symlink_to(shared_data / "conll2000" / "test.txt")
+    (root / "vocab.txt").symlink_to(vocab_file)
+    for folder, source, columns in (("reviews", "SST-2", ("sentence", "sentiment")),
+                                    ("similarity", "STS-B", ("first", "second", "score"))):
+        (data / folder).mkdir()
+        for split in ("train", "dev"):
+            header, rows = _tsv_rows(shared_data / "glue" / source / f"{split}.tsv", 2 * ROWS)
+            with open(data / folder / f"{split}.csv", "w", newline="", encoding="utf-8") as out:
+                writer = csv.writer(out)
+                writer.writerow(columns)
+                writer.writerows([row[0], row[1]] if source == "SST-2" else row[-3:] for row in rows)
+    (data / "topics").mkdir()
+    for split, source in (("train", "train.txt"), ("dev", "test.txt")):
+        sentences = chunking.read_sentences(shared_data / "conll2000" / source, 2 * ROWS)
+        lines = [json.dumps({"text": " ".join(s.words), "topics": _chunk_types(s)}) for s in sentences]
+        (data / "topics" / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def config_of(data_dir, **values) -> FinetuningConfig:
+    return FinetuningConfig.from_hparams("tiny", str(data_dir), {**BASE, **values})
+
+
+def trained(config):
+    """(dev scores, dev predictions of the first task) of one trial."""
+    data = load_task_data(config, make_tokenizer(config))
+    trial = Trial(config, data, 1, io.StringIO())
+    trial.initialise()
+    with Interruption(io.StringIO()) as interrupt:
+        scores = trial.train(interrupt)
+    return scores, trial.predict(data.dev[0])[0], data
+
+
+def test_sst_as_a_csv_classification_task_predicts_what_sst_predicts(data_dir):
+    built_in, built_in_predictions, _ = trained(config_of(data_dir, task_names=["sst"]))
+    user, user_predictions, data = trained(config_of(data_dir, task_names=["reviews"], tasks={"reviews": REVIEWS}))
+    assert data.tasks[0].labels == ("0", "1")  # SST-2's, in GLUE's order
+    np.testing.assert_array_equal(user_predictions, built_in_predictions)
+    assert user["reviews"]["accuracy"] == built_in["sst"]["accuracy"]
+    labels = np.array([e.label for e in data.dev[0].examples])
+    assert user["reviews"]["macro_f1"] == pytest.approx(100 * sk.f1_score(labels, user_predictions, average="macro"))
+    assert user["reviews"]["mcc"] == pytest.approx(100 * sk.matthews_corrcoef(labels, user_predictions))
+    assert user["reviews"]["1/recall"] == pytest.approx(100 * sk.recall_score(labels, user_predictions))
+
+
+def test_conll_as_a_tagging_task_predicts_what_chunk_predicts(data_dir):
+    built_in, built_in_predictions, _ = trained(config_of(data_dir, task_names=["chunk"], conlleval_chunks=True))
+    user, user_predictions, data = trained(config_of(data_dir, task_names=["phrases"], tasks={"phrases": PHRASES}))
+    assert len(data.tasks[0].tags) == 42  # the BIOES tags of both files, as chunk's
+    assert all(np.array_equal(a, b) for a, b in zip(user_predictions, built_in_predictions))
+    for metric in ("f1", "precision", "recall"):
+        assert user["phrases"][metric] == built_in["chunk"][metric]
+    assert {"NP/f1", "VP/recall", "PP/precision"} <= set(user["phrases"])  # per-type scores too
+
+
+def test_multilabel_and_regression_metrics_equal_independent_ones(data_dir):
+    topics = {"type": "multilabel", "format": "jsonl", "train": "topics/train.jsonl", "dev": "topics/dev.jsonl",
+              "text": "text", "label": "topics", "threshold": 0.4}
+    scores, probabilities, data = trained(config_of(data_dir, task_names=["topics"], tasks={"topics": topics},
+                                                    num_train_epochs=3.0, learning_rate=3e-3))
+    task = data.tasks[0]
+    gold = np.stack([e.label for e in data.dev[0].examples]) > 0.5
+    predicted = probabilities >= 0.4
+    assert probabilities.shape == gold.shape == (ROWS, len(task.labels)) and "NP" in task.labels
+    assert scores["topics"]["micro_f1"] == pytest.approx(100 * sk.f1_score(gold, predicted, average="micro",
+                                                                           zero_division=0))
+    assert scores["topics"]["macro_f1"] == pytest.approx(100 * sk.f1_score(gold, predicted, average="macro",
+                                                                           zero_division=0))
+    np_index = task.labels.index("NP")
+    assert scores["topics"]["NP/f1"] == pytest.approx(100 * sk.f1_score(gold[:, np_index], predicted[:, np_index]))
+
+    similarity = {"type": "regression", "format": "csv", "train": "similarity/train.csv",
+                  "dev": "similarity/dev.csv", "text": "first", "text_b": "second", "label": "score", "scale": 5}
+    scores, values, data = trained(config_of(data_dir, task_names=["similarity"], tasks={"similarity": similarity}))
+    targets = np.array([e.label for e in data.dev[0].examples])
+    assert targets.max() <= 1.0 and targets.max() > 0.8  # learned as score / 5
+    assert scores["similarity"]["pearson"] == pytest.approx(100 * stats.pearsonr(targets, values)[0], abs=1e-6)
+    assert scores["similarity"]["spearman"] == pytest.approx(100 * stats.spearmanr(targets, values)[0], abs=1e-6)
+    assert scores["similarity"]["mse"] == pytest.approx(float(np.mean((targets - values) ** 2)))
+
+
+def test_mixed_batches_of_glue_tasks_equal_padding_their_concatenation(data_dir):
+    config = config_of(data_dir, task_names=["sst", "sts"], max_examples=20)
+    data = load_task_data(config, make_tokenizer(config))
+    assert isinstance(data.train, MixedFeatures)
+    indices = np.random.default_rng(0).permutation(len(data.train))[:16]
+    mixed = mixed_batch(data.train, indices, None, batch_spec(data.tasks))
+    concatenated = Features([t for p in data.train.parts for t in p.token_ids],
+                            [s for p in data.train.parts for s in p.segment_ids],
+                            *(np.concatenate([getattr(p, key) for p in data.train.parts])
+                              for key in ("task_id", "label_ids", "targets")))
+    padded = pad_batch(concatenated, indices)
+    assert mixed.keys() == padded.keys()
+    for key in padded:
+        np.testing.assert_array_equal(mixed[key], padded[key], err_msg=key)
+
+
+def test_a_classifier_and_a_tagger_train_in_one_run(data_dir):
+    config = config_of(data_dir, task_names=["reviews", "phrases"], tasks={"reviews": REVIEWS, "phrases": PHRASES},
+                       num_trials=2, keep_best_model=True)
+    data = load_task_data(config, make_tokenizer(config))
+    batch = data.train_batch(data.train, np.arange(ROWS - 4, ROWS + 4))  # 4 reviews, then 4 sentences
+    assert batch["task_id"].tolist() == [0] * 4 + [1] * 4
+    assert batch["labels_mask"][:4].sum() == 0 and batch["labels_mask"][4:].sum() > 0  # the reviews tag nothing
+    document = run(config, io.StringIO())
+    assert [set(trial) for trial in document["trials"]] == [{"reviews", "phrases"}] * 2
+    assert document["aggregate"]["phrases"]["f1"]["n"] == 2
+    assert 0 <= document["aggregate"]["reviews"]["accuracy"]["median"] <= 100
+
+
+def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data):
+    tickets = data_dir / "finetuning_data" / "tickets"
+    tickets.mkdir()
+    header, rows = _tsv_rows(shared_data / "glue" / "SST-2" / "dev.tsv", 40)
+    for split, part in (("train", rows[:30]), ("dev", rows[30:])):
+        (tickets / f"{split}.tsv").write_text("ref\ttext\tmood\n" + "".join(
+            f"r{i}\t{text}\t{'happy' if label == '1' else 'sad'}\n" for i, (text, label) in enumerate(part)))
+    (tickets / "test.tsv").write_text("ref\ttext\nt1\tA gem .\nt2\tDull and long .\n")
+    spec = {"type": "classification", "format": "tsv", "train": "tickets/train.tsv", "dev": "tickets/dev.tsv",
+            "test": "tickets/test.tsv", "text": "text", "label": "mood", "id": "ref"}
+    config = config_of(data_dir, task_names=["tickets"], tasks={"tickets": spec}, write_test_outputs=True,
+                       results_dir=str(data_dir / "ticket_results"))
+    document = run(config, io.StringIO())
+    path = data_dir / "ticket_results" / "test_predictions" / "tickets.jsonl"
+    assert document["test_predictions"]["files"] == [str(path)]
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [row["id"] for row in written] == ["t1", "t2"] and {row["label"] for row in written} <= {"happy", "sad"}
+    assert (data_dir / "ticket_results" / "tickets_results.txt").is_file()
