@@ -121,8 +121,8 @@ class TaggingTask(Task):
 
     def score(self, config, split: EvalSplit, predictions, loss: float) -> Dict[str, float]:
         gold, guessed = self._tag_names(config, split, predictions)
-        return {**chunking.chunk_f1(gold, guessed, conlleval=True), **chunking.typed_f1(gold, guessed),
-                "loss": float(loss)}
+        overall = chunking.chunk_f1(gold, guessed, conlleval=True)
+        return {"f1": overall["f1"], **overall, **chunking.typed_f1(gold, guessed), "loss": float(loss)}  # main first
 
     def card(self) -> dict:
         return {"type": self.type_name, "tags": self.tags, "scheme": self.scheme, "format": self.format,

@@ -14,7 +14,9 @@ from contextlib import redirect_stderr
 from pathlib import Path
 
 from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
 from finetune.config import FinetuningConfig
+from finetune.tasks import check_user_tasks
 from script_helpers import REPO, load_script, script_call
 
 DOCS = [REPO / "README.md", REPO / "benchmarks" / "RESULTS.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -73,8 +75,14 @@ def hparam_keys(script: str, value) -> list:
         keys = json.loads(value)
     except json.JSONDecodeError as error:
         return [f"--hparams is not valid JSON ({error})"]
-    return [f"--hparams key {key!r} is not a field of {config.__name__}"
-            for key in keys if key not in settable(config)]
+    problems = [f"--hparams key {key!r} is not a field of {config.__name__}"
+                for key in keys if key not in settable(config)]
+    if config is FinetuningConfig and "tasks" in keys:  # a user task's spec: checked as a run checks it
+        try:
+            check_user_tasks(keys["tasks"])
+        except InputError as error:
+            problems.append(f"--hparams tasks: {error}")
+    return problems
 
 
 def test_every_documented_command_parses():

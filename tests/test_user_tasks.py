@@ -100,6 +100,7 @@ def test_conll_as_a_tagging_task_predicts_what_chunk_predicts(data_dir):
     user, user_predictions, data = trained(config_of(data_dir, task_names=["phrases"], tasks={"phrases": PHRASES}))
     assert len(data.tasks[0].tags) == 42  # the BIOES tags of both files, as chunk's
     assert all(np.array_equal(a, b) for a, b in zip(user_predictions, built_in_predictions))
+    assert list(user["phrases"])[:3] == ["f1", "precision", "recall"]  # the main score first
     for metric in ("f1", "precision", "recall"):
         assert user["phrases"][metric] == built_in["chunk"][metric]
     assert {"NP/f1", "VP/recall", "PP/precision"} <= set(user["phrases"])  # per-type scores too
