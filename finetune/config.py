@@ -10,7 +10,8 @@ unknown key is an InputError. Presets, in order:
   alone: 512 tokens, 2 epochs; chunk alone: 256 tokens (the task's `presets`);
 - debug: 1 trial, 100 rows per file, examples logged, and the original's debug model (3 layers, hidden 144).
 Task names may be the original's (mrpc) or the GLUE folder's (MRPC); they are stored in the
-original's form; `tasks` defines the user's own (finetune.task_specs). The QA fields set up SQuAD; `use_tfrecords_if_existing` is
+original's form; `tasks` defines the user's own (finetune.task_specs). The QA fields set up
+SQuAD; `use_tfrecords_if_existing` is
 accepted for compatibility: features are built in memory here, never cached.
 """
 

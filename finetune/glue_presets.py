@@ -9,10 +9,12 @@ splits. Heads, losses, predictions, scores and the SavedModel are its type's, as
 from pathlib import Path
 from typing import List
 
+from electra_tf.errors import InputError
 from finetune import glue
 from finetune.classification import ClassificationTask
 from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
 from finetune.regression import RegressionTask
+from finetune.table_files import Layout
 from finetune.task import EvalSplit
 
 
@@ -28,6 +30,14 @@ class GlueFiles:
     @property
     def dev_files(self):
         return self.glue_task.dev_files
+
+    def input_columns(self, format: str):
+        """A GLUE preset predicts from its own TSV layout (the dev files': quoting off, by index)."""
+        if format != "tsv":
+            raise InputError(f"task {self.name}: predicts from GLUE's TSV layout or plain text, not {format}")
+        columns = self.glue_task.train
+        chosen = {"text": columns.text_a, "text_b": columns.text_b}
+        return Layout("tsv", quoting=False, header=columns.header), {k: v for k, v in chosen.items() if v is not None}
 
     def read(self, config, split: str, max_examples) -> List[glue.Example]:
         return glue.read_split(Path(config.raw_data_dir), self.glue_task, split, max_examples, config.double_unordered)

@@ -2,7 +2,8 @@
 
 A head reads the whole sequence output [B, L, H] and the batch, as the tagging and QA heads do:
 `call` gives the head's output, `per_example_loss` a loss per example [B] (the model keeps the
-rows of the head's own task), `predictions` what scorers and test files use. They are the original's: the `[CLS]` vector -> dropout 0.1 (training only) ->
+rows of the head's own task), `predictions` what scorers and test files use. They are the
+original's: the `[CLS]` vector -> dropout 0.1 (training only) ->
 dense (glorot init, TF1's `tf.layers.dense` default). HF's two-layer `ElectraClassificationHead`
 is deliberately not used.
 """

@@ -11,7 +11,7 @@ micro-F1 (the main one), macro-F1 and, per label, precision, recall and F1 (`<la
 import dataclasses
 import json
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -82,7 +82,8 @@ class MultilabelTask(SentenceTask):
     def labels(self) -> Tuple[str, ...]:
         if self._labels is None:
             path, rows = self.files.rows("train")
-            self._labels = stable_labels(name for line, cells in rows for name in self._names(cells["label"], path, line))
+            self._labels = stable_labels(name for line, cells in rows
+                                         for name in self._names(cells["label"], path, line))
         return self._labels
 
     def label_value(self, cell, path: Path, line: int) -> np.ndarray:
@@ -121,6 +122,12 @@ class MultilabelTask(SentenceTask):
     def output(self, prediction) -> dict:
         return {"labels": [name for name, p in zip(self.labels, prediction) if p >= self.threshold],
                 "probabilities": {name: float(p) for name, p in zip(self.labels, prediction)}}
+
+    def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
+        return {"probabilities": tf.sigmoid(logits)}  # [B, K]
+
+    def prediction_rows(self, fetched, examples, features) -> List[dict]:
+        return [self.output(p) for p in fetched["probabilities"]]
 
     def card(self) -> dict:
         return {**super().card(), "labels": list(self.labels), "threshold": self.threshold,

@@ -4,15 +4,17 @@ Files: CoNLL columns (a word a line, its tag in `tag_column`, the last unless gi
 between sentences; `-DOCSTART-` skipped) or JSONL (`{"tokens": [...], "tags": [...]}`, the keys
 named by `text` and `label`). Tags are IOB1, IOB2 or BIOES (`scheme`) of any entity types; they
 become BIOES over the entities read by conlleval's rules, and the head predicts the BIOES tags of
-every split file (as the original's chunking task; an entity type train lacks is an error). Words are featurized as the original's chunking task does
-(`finetune.chunking`: the first sub-token of each word is labelled), lower-cased when the run's
-`do_lower_case` is (a cased model sees cased words). Scores: entity precision, recall and F1 by
-conlleval's rules, overall and per type (`<type>/f1`, ...). `chunk` is its preset
-(`finetune.chunk_preset`).
+every split file (as the original's chunking task; an entity type train lacks is an error).
+Words are featurized as the original's chunking task does (`finetune.chunking`: the first
+sub-token of each word is labelled), lower-cased when the run's `do_lower_case` is (a cased
+model sees cased words). Scores: entity precision, recall and F1 by conlleval's rules, overall
+and per type (`<type>/f1`, ...). `chunk` is its preset (`finetune.chunk_preset`).
 """
 
+import dataclasses
+import itertools
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -20,10 +22,30 @@ import tensorflow as tf
 from electra_tf.errors import InputError
 from finetune import chunking
 from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
-from finetune.table_files import Layout, read_rows
+from finetune.table_files import Layout, iter_rows, read_rows
 from finetune.task import EvalSplit, Task
 
 SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
+
+
+@dataclasses.dataclass
+class TextSentence(Sentence):
+    """A sentence to tag: its words, and where each lies in its text (the input line, or the
+    words joined by spaces for JSONL and CoNLL input), for the entities' character spans."""
+
+    text: str = ""
+    offsets: Tuple[Tuple[int, int], ...] = ()
+
+    @classmethod
+    def of_words(cls, eid: int, words, text: Optional[str] = None) -> "TextSentence":
+        """The words with their spans in `text` (whitespace-separated words), or joined by spaces."""
+        text = " ".join(words) if text is None else text
+        offsets, cursor = [], 0
+        for word in words:
+            start = text.index(word, cursor)
+            offsets.append((start, start + len(word)))
+            cursor = start + len(word)
+        return cls(eid, tuple(words), ("O",) * len(words), text, tuple(offsets))
 
 
 class TaggingTask(Task):
@@ -61,7 +83,8 @@ class TaggingTask(Task):
             if len(words) != len(tags) or not words:
                 raise InputError(f"{path}:{line}: {len(words)} tokens but {len(tags)} tags")
             for tag in tags:
-                if not isinstance(tag, str) or (tag != "O" and (len(tag) < 3 or tag[1] != "-" or tag[0] not in prefixes)):
+                valid = isinstance(tag, str) and (tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in prefixes))
+                if not valid:
                     raise InputError(f"{path}:{line}: tag {tag!r} is not O or "
                                      f"{'/'.join(p + '-' for p in prefixes)}<type> ({self.scheme})")
             sentences.append(Sentence(len(sentences), tuple(map(str, words)), tuple(tags)))
@@ -123,6 +146,52 @@ class TaggingTask(Task):
         gold, guessed = self._tag_names(config, split, predictions)
         overall = chunking.chunk_f1(gold, guessed, conlleval=True)
         return {"f1": overall["f1"], **overall, **chunking.typed_f1(gold, guessed), "loss": float(loss)}  # main first
+
+    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], TextSentence]]:
+        """Plain text (a sentence a line, words split on whitespace), JSONL (the `tokens` key, an
+        `id` key if present) or CoNLL (the first column; blank lines between sentences)."""
+        if source.format == "jsonl":
+            for line, cells in iter_rows(source.name, Layout("jsonl"), {"tokens": self.tokens_key, "id": "id"},
+                                         optional=("id",), source=source.stream()):
+                words = cells["tokens"]
+                if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+                    raise InputError(f"{source.name}:{line}: {self.tokens_key!r} must be a JSON list of words")
+                if not words and source.empty(line, "sentence"):
+                    continue
+                yield (None if cells.get("id") is None else str(cells["id"])), TextSentence.of_words(line, words)
+            return
+        if source.format not in ("text", "conll"):
+            raise InputError(f"{source.name}: a tagging task reads text, jsonl or conll, not {source.format}")
+        words, first = [], None
+        for line, text in itertools.chain(source.lines(), [(None, "")]):  # the end closes the last sentence
+            if source.format == "text":
+                if not text.strip() and line is not None and source.empty(line):
+                    continue
+                if line is not None:
+                    yield None, TextSentence.of_words(line, text.split(), text)
+                continue
+            fields = text.split()
+            if fields and fields[0] != "-DOCSTART-":
+                words, first = words + [fields[0]], first or line
+            elif not fields and words:
+                yield None, TextSentence.of_words(first, words)
+                words, first = [], None
+
+    def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
+        return {"tag_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}  # [B, W]
+
+    def prediction_rows(self, fetched, examples, features) -> List[dict]:
+        """The words with their tags (null past max_seq_length, where words are not tagged) and the
+        entities (conlleval's rules) as type, character start and end in the text, and text."""
+        rows = []
+        for sentence, ids, positions in zip(examples, fetched["tag_ids"], features.labeled_positions):
+            tags = [self.tags[int(i)] for i in ids[:len(positions)]]
+            entities = [{"type": kind, "start": sentence.offsets[first][0], "end": sentence.offsets[last][1],
+                         "text": sentence.text[sentence.offsets[first][0]:sentence.offsets[last][1]]}
+                        for first, last, kind in sorted(chunking.chunks(tags))]
+            rows.append({"words": list(sentence.words), "tags": tags + [None] * (len(sentence.words) - len(tags)),
+                         "entities": entities})
+        return rows
 
     def card(self) -> dict:
         return {"type": self.type_name, "tags": self.tags, "scheme": self.scheme, "format": self.format,

@@ -15,7 +15,7 @@ A split's predictions travel in two forms: `columns`, what `Trial.predict` gathe
 import abc
 import dataclasses
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -88,6 +88,20 @@ class Task(abc.ABC):
     def card(self) -> dict:
         """What predicting with a fine-tuned model needs besides its weights (JSON): the type,
         label names or tag set, the columns of its inputs. Saved beside every fine-tuned model."""
+
+    # --- predicting on new inputs (finetune.predicting) -------------------------------------------
+    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], object]]:
+        """(row id or None, example) of each row of a prediction input (`finetune.predict_inputs`),
+        lazily, in input order."""
+        raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
+
+    def predict_outputs(self, head, outputs) -> Dict[str, tf.Tensor]:
+        """In the graph: what predicting fetches from the head's output (leading axis B)."""
+        raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
+
+    def prediction_rows(self, fetched: Dict[str, list], examples: list, features: Features) -> List[dict]:
+        """One JSON object per example from the fetched values ({key: [array per feature]})."""
+        raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
 
     def server(self, tokenizer, model, max_seq_length: int, precision: str) -> tf.Module:
         """A tf.Module whose `serve` function takes raw strings (finetune.saved_model)."""

@@ -48,7 +48,8 @@ def vocab(tmp_path, vocab_file):
     (CSV, {"train.csv": b"text,label\nfine,pos\ncaf\xe9,neg\n", "dev.csv": GOOD_CSV},
      r"t/train.csv:3: bytes that are not UTF-8"),
     ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
-     {"train.jsonl": '{"tokens": ["a", "b"], "tags": ["O", "O"]}\n{"tokens": ["John", "ran", "off"], "tags": ["B-PER", "O"]}\n'},
+     {"train.jsonl": '{"tokens": ["a", "b"], "tags": ["O", "O"]}\n'
+                     '{"tokens": ["John", "ran", "off"], "tags": ["B-PER", "O"]}\n'},
      r"t/train.jsonl:2: 3 tokens but 2 tags"),
     ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt"},
      {"train.txt": "-DOCSTART- -X- O\n\nJohn NNP B-PER\nran VBD X-PER\n"},

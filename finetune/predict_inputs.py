@@ -1,0 +1,68 @@
+"""What `predict.py` reads: a file in the task's own format (CSV, TSV, JSONL or CoNLL, with the
+columns the model's task card names), plain text (a text a line; for a pair task the two texts
+separated by a tab), or standard input (`-`, plain text). Read lazily, a line at a time.
+
+The format comes from the file's extension (.csv, .tsv, .jsonl, .conll) unless given; anything
+else, standard input included, is plain text. An empty line or text is an error naming the line,
+or, with `skip_empty`, skipped and counted (`InputSource.skipped`).
+"""
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
+
+from electra_tf.errors import InputError
+from finetune.table_files import decoded_lines
+
+FORMATS = ("text", "csv", "tsv", "jsonl", "conll")
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".conll": "conll"}
+
+
+@dataclasses.dataclass
+class InputSource:
+    path: str  # "-": standard input
+    format: str
+    skip_empty: bool = False
+    skipped: int = 0  # empty lines or texts left out (with skip_empty)
+
+    @classmethod
+    def open(cls, path: str, format: Optional[str] = None, skip_empty: bool = False) -> "InputSource":
+        if format is not None and format not in FORMATS:
+            raise InputError(f"--input-format {format!r} is not one of: {', '.join(FORMATS)}")
+        if path != "-" and not Path(path).is_file():
+            raise InputError(f"--input {path}: no such file")
+        chosen = format or ("text" if path == "-" else EXTENSIONS.get(Path(path).suffix.lower(), "text"))
+        return cls(path, chosen, skip_empty)
+
+    @property
+    def name(self) -> str:
+        return "standard input" if self.path == "-" else self.path
+
+    @property
+    def size(self) -> Optional[int]:
+        """The input's bytes, when known (a file), for the progress line's ETA."""
+        return None if self.path == "-" else os.path.getsize(self.path)
+
+    def stream(self):
+        """The binary stream to read (its `tell()` is how far the reading got)."""
+        self._stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")
+        return self._stream
+
+    @property
+    def position(self) -> int:
+        stream = getattr(self, "_stream", None)
+        return 0 if stream is None or self.path == "-" else stream.tell()
+
+    def lines(self) -> Iterator[Tuple[int, str]]:
+        """(number, text without its line end) of each line."""
+        for number, text in decoded_lines(self.name, self.stream()):
+            yield number, text.rstrip("\r\n")
+
+    def empty(self, line: int, what: str = "line") -> bool:
+        """Whether to skip an empty line or text (counted), or raises the error naming it."""
+        if not self.skip_empty:
+            raise InputError(f"{self.name}:{line}: empty {what} (pass --skip-empty to leave such lines out)")
+        self.skipped += 1
+        return True

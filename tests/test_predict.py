@@ -1,0 +1,148 @@
+"""predict.py: the predictions of a fine-tuned model on new input agree with the run's own dev
+predictions (labels, tags) and with its SavedModel (probabilities within 1e-5); embeddings are the
+encoder's; bad input gets one error and leaves no output."""
+
+import csv
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import convert_checkpoint
+import predict
+from electra_tf.errors import InputError
+from finetune.config import FinetuningConfig
+from finetune.predicting import Predictor
+from finetune.runner import Trial, run
+from finetune.task_data import load_task_data, make_tokenizer
+
+ROWS = 48
+BASE = dict(model_size="tiny", random_init=True, max_seq_length=40, train_batch_size=16, eval_batch_size=32,
+            max_examples=ROWS, num_train_epochs=1.0, iterations_per_loop=100, learning_rate=1e-3)
+REVIEWS = {"type": "classification", "format": "csv", "train": "reviews/train.csv", "dev": "reviews/dev.csv",
+           "text": "sentence", "label": "sentiment", "id": "ref"}
+PHRASES = {"type": "tagging", "format": "conll", "train": "chunk/train.txt", "dev": "chunk/dev.txt"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, shared_data, vocab_file):
+    """A data dir whose model `tiny` was fine-tuned on reviews (SST-2 rows as CSV, with an id
+    column) and, separately, phrases (CoNLL-2000 as a tagging task); {task: (config, trial dir)}."""
+    root = tmp_path_factory.mktemp("predict")
+    data = root / "finetuning_data"
+    (data / "reviews").mkdir(parents=True)
+    for split in ("train", "dev"):
+        header, *rows = (shared_data / "glue" / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").split("\n")
+        with open(data / "reviews" / f"{split}.csv", "w", newline="", encoding="utf-8") as out:
+            writer = csv.writer(out)
+            writer.writerow(["ref", "sentence", "sentiment"])
+            writer.writerows([f"{split}-{i}", *row.split("\t")] for i, row in enumerate(rows[:ROWS]))
+    (data / "chunk").mkdir()
+    (data / "chunk" / "train.txt").symlink_to(shared_data / "conll2000" / "train.txt")
+    (data / "chunk" / "dev.txt").symlink_to(shared_data / "conll2000" / "test.txt")
+    (root / "vocab.txt").symlink_to(vocab_file)
+    out = {}
+    for name, spec in (("reviews", REVIEWS), ("phrases", PHRASES)):
+        config = FinetuningConfig.from_hparams("tiny", str(root), {**BASE, "task_names": [name], "tasks": {name: spec}})
+        run(config, io.StringIO())
+        out[name] = (config, root / "models" / "tiny" / "finetuning_models" / f"{name}_model_1")
+    return root, out
+
+
+def dev_predictions(config, trial_dir):
+    """The run's own predictions on its dev split, from the fine-tuned model (no training)."""
+    config = FinetuningConfig.from_hparams("tiny", config.data_dir, {**BASE, "task_names": config.task_names,
+                                                                     "tasks": config.tasks, "do_train": False,
+                                                                     "init_checkpoint": str(trial_dir)})
+    data = load_task_data(config, make_tokenizer(config))
+    trial = Trial(config, data, 1, io.StringIO())
+    trial.initialise()
+    return trial.predict(data.dev[0])[0], data.dev[0]
+
+
+def predicted(args) -> list:
+    assert predict.main(args) == 0
+    output = args[args.index("--output") + 1]
+    return [json.loads(line) for line in open(output, encoding="utf-8")]
+
+
+def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_path):
+    root, models = trained
+    config, trial_dir = models["reviews"]
+    labels, split = dev_predictions(config, trial_dir)
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(root / "finetuning_data/reviews/dev.csv"),
+                      "--output", str(tmp_path / "out.jsonl")])
+    assert [row["id"] for row in rows] == [f"dev-{i}" for i in range(ROWS)]  # input order, with the ids
+    assert [row["label"] for row in rows] == [("0", "1")[int(label)] for label in labels]
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
+                                    str(tmp_path / "served")]) == 0
+    served = tf.saved_model.load(str(tmp_path / "served")).signatures["serving_default"]
+    probabilities = served(text_a=tf.constant([e.text_a for e in split.examples]))["probabilities"].numpy()
+    np.testing.assert_allclose([[row["probabilities"][name] for name in ("0", "1")] for row in rows], probabilities,
+                               atol=1e-5)
+    text = tmp_path / "texts.txt"  # plain text, a text a line: the same predictions
+    text.write_text("".join(e.text_a + "\n" for e in split.examples[:5]), encoding="utf-8")
+    plain = predicted(["--model-dir", str(trial_dir), "--input", str(text), "--output", str(tmp_path / "plain.jsonl")])
+    assert [row["label"] for row in plain] == [row["label"] for row in rows[:5]] and "id" not in plain[0]
+
+
+def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
+    root, models = trained
+    config, trial_dir = models["phrases"]
+    tag_ids, split = dev_predictions(config, trial_dir)
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(root / "finetuning_data/chunk/dev.txt"),
+                      "--input-format", "conll", "--output", str(tmp_path / "out.jsonl")])
+    assert len(rows) == 2012 and len(tag_ids) == ROWS  # the whole file; the run read ROWS of it
+    tags = split.task.tags
+    for row, ids, sentence, kept in zip(rows[:ROWS], tag_ids, split.examples, split.features.labeled_positions):
+        assert row["words"] == list(sentence.words)
+        assert row["tags"] == [tags[int(i)] for i in ids[:len(kept)]] + [None] * (len(sentence.words) - len(kept))
+        for entity in row["entities"]:  # spans of the words joined by spaces
+            assert " ".join(sentence.words)[entity["start"]:entity["end"]] == entity["text"]
+    line = "Rockwell International Corp. said it signed  a tentative agreement ."
+    (tmp_path / "line.txt").write_text(line + "\n")
+    [row] = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "line.txt"),
+                       "--output", str(tmp_path / "line.jsonl")])
+    assert all(line[e["start"]:e["end"]] == e["text"] for e in row["entities"])  # spans in the line itself
+
+
+def test_mean_embedding_is_the_encoders_output_over_real_tokens(trained, tmp_path):
+    root, models = trained
+    config, trial_dir = models["reviews"]
+    texts = ["a gem of a film .", "dull , long and loud , with nothing to say about anything at all ."]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "in.txt"), "--embeddings",
+                      "--output", str(tmp_path / "out.jsonl")])
+    predictor = Predictor(trial_dir)
+    for text, row in zip(texts, rows):
+        pieces = predictor.tokenizer.tokenize([text]).flat_values.numpy().tolist()
+        ids = np.array([[predictor.tokenizer.cls_id, *pieces, predictor.tokenizer.sep_id]], np.int32)
+        sequence = predictor.encoder(ids, np.ones_like(ids), np.zeros_like(ids), training=False).numpy()[0]
+        np.testing.assert_allclose(row["embedding"]["mean"], sequence.mean(0), atol=1e-5)
+        np.testing.assert_allclose(row["embedding"]["cls"], sequence[0], atol=1e-5)
+
+
+def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys):
+    root, models = trained
+    trial_dir = str(models["reviews"][1])
+    output = tmp_path / "out.jsonl"
+
+    def error(args) -> str:
+        assert predict.main(["--model-dir", trial_dir, "--output", str(output), *args]) == 2
+        return capsys.readouterr().err.strip()
+
+    (tmp_path / "bad.csv").write_text("ref,text\nr1,fine\n")
+    assert "bad.csv:1: no column 'sentence' for the text" in error(["--input", str(tmp_path / "bad.csv")])
+    (tmp_path / "gaps.txt").write_text("fine film\n\ndull film\n")
+    assert "gaps.txt:2: empty line (pass --skip-empty" in error(["--input", str(tmp_path / "gaps.txt")])
+    assert not output.exists() and not list(tmp_path.glob(".out.jsonl.partial*"))  # nothing half-written
+    assert predict.main(["--model-dir", trial_dir, "--output", str(output), "--input", str(tmp_path / "gaps.txt"),
+                         "--skip-empty"]) == 0
+    assert len(output.read_text().splitlines()) == 2 and "1 empty line(s) skipped" in capsys.readouterr().err
+    assert "exists; pass --overwrite" in error(["--input", str(tmp_path / "gaps.txt")])
+    shutil.copytree(root / "models" / "tiny", tmp_path / "pretrained", ignore=shutil.ignore_patterns("finetuning*"))
+    with pytest.raises(InputError, match="holds no fine-tuned model"):
+        Predictor(tmp_path / "pretrained")
