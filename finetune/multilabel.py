@@ -21,6 +21,7 @@ from finetune import scorers
 from finetune.heads import ClsHead
 from finetune.inputs import Features, pad_batch
 from finetune.sentence_task import SentenceTask
+from finetune.servers import MultilabelServer
 from finetune.task import EvalSplit, label_positions, stable_labels
 from finetune.task_files import TaskFiles
 
@@ -128,6 +129,9 @@ class MultilabelTask(SentenceTask):
 
     def prediction_rows(self, fetched, examples, features) -> List[dict]:
         return [self.output(p) for p in fetched["probabilities"]]
+
+    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> MultilabelServer:
+        return MultilabelServer(tokenizer, model, self, max_seq_length, precision)
 
     def card(self) -> dict:
         return {**super().card(), "labels": list(self.labels), "threshold": self.threshold,

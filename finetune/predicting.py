@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE
+from electra_tf.checkpoints.saved_model import pooled
 from electra_tf.errors import InputError
 from electra_tf.progress import format_duration
 from electra_tf.tokenization import Tokenizer
@@ -62,9 +63,7 @@ class Predictor:
             sequence = sequence[:, tf.newaxis]
         fetched = self.task.predict_outputs(self.head, self.head(sequence, batch, training=False))
         if self.embeddings:
-            mask = tf.cast(batch["input_mask"], sequence.dtype)[:, :, tf.newaxis]  # [B, L, 1]
-            fetched["cls_embedding"] = sequence[:, 0]  # [B, H]
-            fetched["mean_embedding"] = tf.reduce_sum(sequence * mask, 1) / tf.reduce_sum(mask, 1)  # [B, H]
+            fetched.update({f"{key}_embedding": value for key, value in pooled(sequence, batch["input_mask"]).items()})
         return fetched
 
     def rows(self, items) -> list:

@@ -83,6 +83,12 @@ def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_pat
     probabilities = served(text_a=tf.constant([e.text_a for e in split.examples]))["probabilities"].numpy()
     np.testing.assert_allclose([[row["probabilities"][name] for name in ("0", "1")] for row in rows], probabilities,
                                atol=1e-5)
+    embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](
+        text_a=tf.constant([e.text_a for e in split.examples[:4]]))
+    with_embeddings = predicted(["--model-dir", str(trial_dir), "--input", str(root / "finetuning_data/reviews/dev.csv"),
+                                 "--embeddings", "--output", str(tmp_path / "embedded.jsonl")])
+    np.testing.assert_allclose([row["embedding"]["mean"] for row in with_embeddings[:4]], embedded["mean"].numpy(),
+                               atol=1e-5)
     text = tmp_path / "texts.txt"  # plain text, a text a line: the same predictions
     text.write_text("".join(e.text_a + "\n" for e in split.examples[:5]), encoding="utf-8")
     plain = predicted(["--model-dir", str(trial_dir), "--input", str(text), "--output", str(tmp_path / "plain.jsonl")])

@@ -9,9 +9,11 @@ import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from scipy import stats
 from sklearn import metrics as sk
 
+import convert_checkpoint
 from electra_tf.training.interruption import Interruption
 from finetune import chunking
 from finetune.config import FinetuningConfig
@@ -109,8 +111,9 @@ def test_conll_as_a_tagging_task_predicts_what_chunk_predicts(data_dir):
 def test_multilabel_and_regression_metrics_equal_independent_ones(data_dir):
     topics = {"type": "multilabel", "format": "jsonl", "train": "topics/train.jsonl", "dev": "topics/dev.jsonl",
               "text": "text", "label": "topics", "threshold": 0.4}
-    scores, probabilities, data = trained(config_of(data_dir, task_names=["topics"], tasks={"topics": topics},
-                                                    num_train_epochs=3.0, learning_rate=3e-3))
+    config = config_of(data_dir, task_names=["topics"], tasks={"topics": topics}, num_train_epochs=3.0,
+                       learning_rate=3e-3)
+    scores, probabilities, data = trained(config)
     task = data.tasks[0]
     gold = np.stack([e.label for e in data.dev[0].examples]) > 0.5
     predicted = probabilities >= 0.4
@@ -119,6 +122,13 @@ def test_multilabel_and_regression_metrics_equal_independent_ones(data_dir):
                                                                            zero_division=0))
     assert scores["topics"]["macro_f1"] == pytest.approx(100 * sk.f1_score(gold, predicted, average="macro",
                                                                            zero_division=0))
+    assert convert_checkpoint.main(["saved-model", "--model-dir", config.model_dir(1), "--output-dir",
+                                    str(data_dir / "topics_served")]) == 0
+    served = tf.saved_model.load(str(data_dir / "topics_served")).signatures["serving_default"]
+    outputs = served(text_a=tf.constant([e.text_a for e in data.dev[0].examples]))
+    np.testing.assert_allclose(outputs["probabilities"].numpy(), probabilities, atol=1e-5)
+    assert outputs["labels"].numpy().tolist()[0] == [name.encode() if p >= 0.4 else b""
+                                                     for name, p in zip(task.labels, probabilities[0])]
     np_index = task.labels.index("NP")
     assert scores["topics"]["NP/f1"] == pytest.approx(100 * sk.f1_score(gold[:, np_index], predicted[:, np_index]))
 
