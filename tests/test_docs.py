@@ -1,8 +1,8 @@
-"""The docs cannot drift from the code: every command shown in README.md, docs/*.md and
-benchmarks/RESULTS.md that runs one of the scripts parses with that script's own parser, every
-`--hparams` JSON names only fields of the config it sets, and the hparam and flag tables name
-only real hparams and flags (a flag table lists all of its script's flags), and relative links
-lead to files."""
+"""The docs cannot drift from the code: every command shown in README.md, docs/*.md,
+benchmarks/RESULTS.md and benchmarks/replication/REPORT.md that runs one of the scripts parses
+with that script's own parser, every `--hparams` JSON names only fields of the config it sets,
+and the hparam and flag tables name only real hparams and flags (a flag table lists all of its
+script's flags), and relative links lead to files."""
 
 import argparse
 import dataclasses
@@ -19,7 +19,8 @@ from finetune.config import FinetuningConfig
 from finetune.tasks import check_user_tasks
 from script_helpers import REPO, load_script, script_call
 
-DOCS = [REPO / "README.md", REPO / "benchmarks" / "RESULTS.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", REPO / "benchmarks" / "RESULTS.md", REPO / "benchmarks" / "replication" / "REPORT.md",
+        *sorted((REPO / "docs").glob("*.md"))]
 # Which config a script's --hparams (or a page's hparam tables) set.
 HPARAMS_CONFIG = {"run_pretraining.py": PretrainingConfig, "convert_checkpoint.py": PretrainingConfig,
                   "run_finetuning.py": FinetuningConfig}
