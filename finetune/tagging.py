@@ -23,6 +23,7 @@ from electra_tf.errors import InputError
 from finetune import chunking
 from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
 from finetune.table_files import Layout, iter_rows, read_rows
+from finetune.tagging_server import TaggerServer
 from finetune.task import EvalSplit, Task
 
 SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
@@ -119,12 +120,13 @@ class TaggingTask(Task):
     def mapping(self) -> Dict[str, int]:
         return {tag: i for i, tag in enumerate(self.tags)}
 
-    def lowercase(self, config) -> bool:
-        return bool(config.do_lower_case)
+    def lowercase(self, do_lower_case: bool) -> bool:
+        """Whether words are lower-cased before WordPiece: as the run's `do_lower_case` says."""
+        return bool(do_lower_case)
 
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> TaggingFeatures:
         return chunking.featurize(examples, tokenizer, config.max_seq_length, self.mapping, task_id,
-                                  self.lowercase(config))
+                                  self.lowercase(config.do_lower_case))
 
     def make_batch(self, features, indices, pad_to=None) -> dict:
         return chunking.tagging_batch(features, indices, pad_to)
@@ -192,6 +194,10 @@ class TaggingTask(Task):
             rows.append({"words": list(sentence.words), "tags": tags + [None] * (len(sentence.words) - len(tags)),
                          "entities": entities})
         return rows
+
+    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> TaggerServer:
+        return TaggerServer(tokenizer, model, self, max_seq_length, precision,
+                            self.lowercase(tokenizer.do_lower_case))
 
     def card(self) -> dict:
         return {"type": self.type_name, "tags": self.tags, "scheme": self.scheme, "format": self.format,

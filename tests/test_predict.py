@@ -113,6 +113,20 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
     [row] = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "line.txt"),
                        "--output", str(tmp_path / "line.jsonl")])
     assert all(line[e["start"]:e["end"]] == e["text"] for e in row["entities"])  # spans in the line itself
+    sentences = [" ".join(sentence.words) for sentence in split.examples[:12]] + [line]
+    (tmp_path / "lines.txt").write_text("\n".join(sentences) + "\n")
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "lines.txt"),
+                      "--output", str(tmp_path / "lines.jsonl")])
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
+                                    str(tmp_path / "served")]) == 0
+    served = tf.saved_model.load(str(tmp_path / "served")).signatures["serving_default"](text=tf.constant(sentences))
+    for i, row in enumerate(rows):  # the SavedModel tags and finds the entities as predict does
+        words = len(row["words"])
+        assert [t.decode() or None for t in served["tags"].numpy()[i][:words]] == row["tags"]
+        found = [(kind.decode(), int(start), int(end)) for kind, start, end in zip(
+            served["entity_type"].numpy()[i], served["entity_start"].numpy()[i], served["entity_end"].numpy()[i])
+            if start >= 0]
+        assert found == [(e["type"], e["start"], e["end"]) for e in row["entities"]]
 
 
 def test_mean_embedding_is_the_encoders_output_over_real_tokens(trained, tmp_path):
