@@ -189,3 +189,24 @@ def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data)
     written = [json.loads(line) for line in path.read_text().splitlines()]
     assert [row["id"] for row in written] == ["t1", "t2"] and {row["label"] for row in written} <= {"happy", "sad"}
     assert (data_dir / "ticket_results" / "tickets_results.txt").is_file()
+
+
+def test_squad_mixes_with_a_classifier(tmp_path, shared_data, vocab_file):
+    """A SQuAD task and a classification task share a run's batches: each row keeps its own keys,
+    the other task's are zeros, and one training step runs on the mixed batch."""
+    (tmp_path / "finetuning_data" / "squadv1").mkdir(parents=True)
+    (tmp_path / "finetuning_data" / "squadv1" / "train.json").symlink_to(
+        shared_data / "squad" / "train-v1.1-subset-44articles.json")
+    (tmp_path / "finetuning_data" / "SST-2").symlink_to(shared_data / "glue" / "SST-2")
+    (tmp_path / "vocab.txt").symlink_to(vocab_file)
+    config = FinetuningConfig.from_hparams("tiny", str(tmp_path), {**BASE, "task_names": ["sst", "squadv1"],
+                                                                   "max_examples": 8, "max_seq_length": 64,
+                                                                   "do_eval": False})
+    data = load_task_data(config, make_tokenizer(config))
+    squad_rows = len(data.train.parts[1])
+    batch = data.train_batch(data.train, np.array([0, 8, 1, 9]))  # sst, squad, sst, squad
+    assert batch["task_id"].tolist() == [0, 1, 0, 1] and squad_rows >= 8
+    assert batch["start_positions"][[0, 2]].tolist() == [0, 0] and batch["is_impossible"].shape == (4,)
+    trial = Trial(config, data, 1, io.StringIO())
+    loss = trial.compile_train_step(10)(batch)
+    assert np.isfinite(float(loss)) and float(loss) > 0
