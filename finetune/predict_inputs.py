@@ -11,7 +11,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import BinaryIO, Iterator, Optional, Tuple
 
 from electra_tf.errors import InputError
 from finetune.table_files import decoded_lines
@@ -26,6 +26,7 @@ class InputSource:
     format: str
     skip_empty: bool = False
     skipped: int = 0  # empty lines or texts left out (with skip_empty)
+    opened: Optional[BinaryIO] = dataclasses.field(default=None, repr=False)  # the stream being read
 
     @classmethod
     def open(cls, path: str, format: Optional[str] = None, skip_empty: bool = False) -> "InputSource":
@@ -45,15 +46,19 @@ class InputSource:
         """The input's bytes, when known (a file), for the progress line's ETA."""
         return None if self.path == "-" else os.path.getsize(self.path)
 
-    def stream(self):
+    def stream(self) -> BinaryIO:
         """The binary stream to read (its `tell()` is how far the reading got)."""
-        self._stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")
-        return self._stream
+        self.opened = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")
+        return self.opened
+
+    def close(self) -> None:
+        if self.opened is not None and self.path != "-":
+            self.opened.close()
 
     @property
     def position(self) -> int:
-        stream = getattr(self, "_stream", None)
-        return 0 if stream is None or self.path == "-" else stream.tell()
+        """Bytes read so far (0 for standard input, whose size is unknown)."""
+        return 0 if self.opened is None or self.path == "-" else self.opened.tell()
 
     def lines(self) -> Iterator[Tuple[int, str]]:
         """(number, text without its line end) of each line."""

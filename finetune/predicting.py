@@ -115,6 +115,7 @@ def predict(model_dir, input_path: str, output_path: str, task: Optional[str] = 
                     print(progress_line(count, last - start, source), file=stream, flush=True)
         os.replace(partial, output)
     finally:
+        source.close()
         partial.unlink(missing_ok=True)
     seconds = time.monotonic() - start
     skipped = f"; {source.skipped:,} empty line(s) skipped" if source.skipped else ""
