@@ -19,7 +19,7 @@ from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, generator_config, sized_encoder
 
-# Encoder (hidden size, layers) per model_size (spec §3.2); heads = H // 64 and FFN = 4H.
+# Encoder (hidden size, layers) per model_size (docs/fidelity.md#model-sizes); heads = H // 64 and FFN = 4H.
 ARCHITECTURES = {
     "small": (256, 12),
     "small++": (256, 12),
@@ -33,7 +33,7 @@ DEBUG_ATTENTION_HEADS = 4
 
 _SMALL = dict(embedding_size=128, generator_hidden_size=0.25, learning_rate=5e-4,
               train_batch_size=128, max_seq_length=128, mask_prob=0.15, num_warmup_steps=10000)
-# Training values each size sets (spec §3.3: the original's small defaults, and base / large from
+# Training values each size sets (docs/fidelity.md#model-sizes: the original's small defaults, and base / large from
 # its commented-out block and the paper). embedding_size None means the hidden size (768, 1024).
 # tiny is for tests and the CPU demo: hidden 128 is the narrowest width with 2 attention heads;
 # embedding 64 gives the discriminator an embeddings projection while the 0.5 generator (64
@@ -50,7 +50,7 @@ SIZE_PRESETS = {
     "tiny": dict(embedding_size=64, generator_hidden_size=0.5, learning_rate=1e-3,
                  train_batch_size=32, max_seq_length=128, mask_prob=0.15, num_warmup_steps=100),
 }
-# The original's debug run (spec §3.1); unlike it, debug never wipes model_dir.
+# The original's debug run (docs/fidelity.md#pretraining-config); unlike it, debug never wipes model_dir.
 DEBUG_PRESETS = dict(train_batch_size=8, num_train_steps=20, eval_batch_size=4,
                      iterations_per_loop=1, num_eval_steps=2)
 
@@ -84,7 +84,7 @@ def _one_of(name: str, value, valid) -> None:
 
 @dataclasses.dataclass
 class PretrainingConfig(HParams):
-    """Every pre-training hyper-parameter (spec §3.1) plus this project's additions."""
+    """Every pre-training hyper-parameter (docs/fidelity.md#pretraining-config) plus this project's additions."""
 
     model_name: str
     data_dir: str

@@ -8,7 +8,8 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.errors import InputError
-from checkpoint_helpers import encoder_shapes  # the spec §6.4 names, written out once
+# the original's names (docs/fidelity.md#checkpoint-names), written out once
+from checkpoint_helpers import encoder_shapes
 from electra_tf.modeling import BertConfig, ElectraModel, build_encoder, generator_config
 
 SMALL = dict(hidden_size=256, num_hidden_layers=12, num_attention_heads=4, intermediate_size=1024, embedding_size=128)

@@ -1,7 +1,7 @@
 """ELECTRA networks in tf_keras: shared embeddings, post-LN transformer encoders, pre-training heads.
 
 Variable names follow the original TF1 checkpoints (`electra/encoder/layer_0/attention/self/query/kernel`,
-`generator_predictions/output_bias`, ...; spec §6.4) so checkpoints map by a simple rule.
+`generator_predictions/output_bias`, ...; docs/fidelity.md#checkpoint-names) so checkpoints map by a simple rule.
 """
 
 from electra_tf.modeling.bert_config import BertConfig, generator_config, sized_encoder

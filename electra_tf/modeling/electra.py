@@ -1,4 +1,4 @@
-"""The pre-training network: generator + discriminator with the original's weight tying (spec §5.2, §5.3, §6.3).
+"""The pre-training network: generator + discriminator with the original's weight tying (docs/fidelity.md#tying).
 
 This module only builds the networks and computes logits. Masking, sampling and losses belong to
 the objectives, which call `generator_logits` and `discriminator_logits`.
