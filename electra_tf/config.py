@@ -56,7 +56,7 @@ DEBUG_PRESETS = dict(train_batch_size=8, num_train_steps=20, eval_batch_size=4,
 
 # electra: the paper's method; bert: MLM only (the original's electra_objective false);
 # electra_15, replace_mlm, all_tokens_mlm: the paper's §3.2 efficiency ablations.
-OBJECTIVES = ("electra", "bert", "electra_15", "replace_mlm", "all_tokens_mlm")
+PRETRAINING_OBJECTIVES = ("electra", "bert", "electra_15", "replace_mlm", "all_tokens_mlm")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # The policies that need no loss scaling: what fine-tuning and exported SavedModels offer.
@@ -66,6 +66,13 @@ OPTIMIZERS = ("adamw", "lamb")
 SHAPE_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "intermediate_size", "max_position_embeddings",
                 "type_vocab_size")
+
+
+def has_rtd_loss(objective: str) -> bool:
+    """Whether the objective trains its discriminator on replaced token detection: electra (every
+    token) and electra_15 (the masked ones). bert has no discriminator; replace_mlm and
+    all_tokens_mlm train theirs with an MLM loss."""
+    return objective in ("electra", "electra_15")
 
 
 def encoder_shapes(config: BertConfig) -> dict:
@@ -93,7 +100,7 @@ class PretrainingConfig(HParams):
     do_train: bool = True
     do_eval: bool = False  # evaluates on eval_tfrecords, a held-out set
     # Objective and losses
-    objective: str = "electra"  # one of OBJECTIVES
+    objective: str = "electra"  # one of PRETRAINING_OBJECTIVES
     gen_weight: float = 1.0  # weight of the generator's MLM loss
     disc_weight: float = 50.0  # weight of the discriminator loss
     two_stage_generator_steps: int = 0  # paper §3.2 two-stage training: generator alone first
@@ -256,7 +263,7 @@ class PretrainingConfig(HParams):
     def _validate(self) -> None:
         """One InputError naming the field(s) for the first invalid value."""
         _one_of("model_size", self.model_size, ARCHITECTURES)
-        _one_of("objective", self.objective, OBJECTIVES)
+        _one_of("objective", self.objective, PRETRAINING_OBJECTIVES)
         _one_of("strategy", self.strategy, STRATEGIES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
