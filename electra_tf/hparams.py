@@ -1,6 +1,6 @@
 """Hyper-parameter merging shared by every stage's config (pre-training, fine-tuning).
 
-The original builds a config in four steps (spec §2.5): defaults, the user's values, derived and
+The original builds a config in four steps (docs/fidelity.md#hparams-merging): defaults, the user's values, derived and
 per-size / per-task / debug values, then the user's values again, so an explicit value always
 beats a preset. `HParams.merge` runs the same steps on a plain dict and only then constructs the
 dataclass, whose `__post_init__` computes the derived fields and validates. Derived values are

@@ -15,7 +15,7 @@ def build(hparams=None, **values):
     return PretrainingConfig.from_hparams("m", "/data", {**(hparams or {}), **values})
 
 
-# Spec §3.1, every field of the original that is a dataclass field here, with its default.
+# docs/fidelity.md#pretraining-config: every field of the original that is a dataclass field here, with its default.
 ORIGINAL_DEFAULTS = dict(
     debug=False, do_train=True, do_eval=False, gen_weight=1.0, disc_weight=50.0, mask_prob=0.15,
     learning_rate=5e-4, lr_decay_power=1.0, weight_decay_rate=0.01, num_warmup_steps=10000,

@@ -169,3 +169,20 @@ def test_relative_links_point_at_files():
               for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", line)
               if not target.startswith("http") and not (page.parent / target).exists()]
     assert not broken, "links to missing files:\n" + "\n".join(broken)
+
+
+def heading_anchors(page: Path) -> set:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as '-'."""
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("#")}
+
+
+def test_fidelity_citations_name_a_section():
+    """Code, tests and docs cite the original's behaviours as `docs/fidelity.md#<section>`."""
+    anchors = heading_anchors(REPO / "docs" / "fidelity.md")
+    files = [path for folder in ("electra_tf", "pretrain_data", "finetune", "tests", "benchmarks", "docs")
+             for path in (REPO / folder).rglob("*") if path.suffix in (".py", ".md")]
+    cited = [(path, anchor) for path in files + [REPO / "README.md"]
+             for anchor in re.findall(r"fidelity\.md#([\w-]+)", path.read_text(encoding="utf-8"))]
+    broken = [f"{path.relative_to(REPO)}: #{anchor}" for path, anchor in cited if anchor not in anchors]
+    assert cited and not broken, "citations of missing sections of docs/fidelity.md:\n" + "\n".join(broken)

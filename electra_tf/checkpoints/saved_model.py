@@ -18,7 +18,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from electra_tf.config import UNSCALED_PRECISIONS
+from electra_tf.config import UNSCALED_PRECISIONS, has_rtd_loss
 from electra_tf.errors import InputError
 from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
 from electra_tf.modeling.layer_utils import build_in_scope
@@ -95,7 +95,7 @@ def build_server(config, values, vocab_file, precision: str = "float32") -> tupl
     """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned, computing in
     `precision`."""
     check_precision(precision)
-    if config.objective not in ("electra", "electra_15") and "discriminator_predictions/dense/kernel" not in values:
+    if not has_rtd_loss(config.objective) and "discriminator_predictions/dense/kernel" not in values:
         raise InputError(f"objective {config.objective!r} has no replaced-token head to serve")
     disc = config.discriminator_config()
     with precision_scope(precision):  # the layers keep it; their variables are float32 either way

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import PretrainingConfig, has_rtd_loss
 from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
 from electra_tf.optimization import CLIP_NORM, create_optimizer, create_slots, gradient_norm
@@ -82,7 +82,7 @@ class _Training:
 
     def __init__(self, config: PretrainingConfig, strategy, model, optimizer):
         self.config, self.strategy, self.model, self.optimizer = config, strategy, model, optimizer
-        has_rtd = config.objective in ("electra", "electra_15")
+        has_rtd = has_rtd_loss(config.objective)
         with strategy.scope():
             self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight,
                                               padded_auc=False)  # the training step's own metrics
