@@ -2,7 +2,7 @@
 
 Each task is described by a `GlueTask` (data, not code): the original's short name (cola, sst,
 mrpc, sts, qqp, mnli, qnli, rte, wnli), the GLUE download's folder name, the columns of its train /
-dev and test TSVs (spec §8.2), its labels, and the GLUE server's file name and label strings.
+dev and test TSVs (docs/fidelity.md#glue-reading), its labels, and the GLUE server's file name and label strings.
 `read_split` turns one split into `Example`s; TSVs are read with quoting off, as the original did
 (rows hold unbalanced double quotes), a UTF-8 BOM is dropped (MRPC), and a short row or an unknown
 label raises InputError naming the file and line.

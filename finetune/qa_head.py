@@ -1,4 +1,4 @@
-"""The original's SQuAD head (spec §8.3, XLNet-style): start logits, end logits conditioned on the
+"""The original's SQuAD head (docs/fidelity.md#fine-tuning-heads-and-loss, XLNet-style): start logits, end logits conditioned on the
 start, an answerability classifier, and joint start/end beam search at inference.
 
 With L positions, H hidden units and the answer mask m = input_mask * segment_ids + one_hot(0)
