@@ -1,4 +1,5 @@
-"""Fine-tuning configuration: the original's `FinetuningConfig` fields and defaults (docs/fidelity.md#fine-tuning-config).
+"""Fine-tuning configuration: the original's `FinetuningConfig` fields and defaults
+(docs/fidelity.md#fine-tuning-config).
 
 Build it with `FinetuningConfig.from_hparams(model_name, data_dir, hparams)`; the merge is the
 original's (defaults, user values, presets, user values again; `electra_tf.hparams`), and an
@@ -48,7 +49,8 @@ def _require(condition: bool, message: str) -> None:
 
 @dataclasses.dataclass
 class FinetuningConfig(HParams):
-    """Every fine-tuning hyper-parameter of the original (docs/fidelity.md#fine-tuning-config) plus this project's additions."""
+    """Every fine-tuning hyper-parameter of the original (docs/fidelity.md#fine-tuning-config) plus
+    this project's additions."""
 
     model_name: str
     data_dir: str
@@ -72,7 +74,8 @@ class FinetuningConfig(HParams):
     learning_rate: float = 1e-4
     weight_decay_rate: float = 0.01
     layerwise_lr_decay: float = 0.8
-    # The original gives the top layer decay^2 (an off-by-one, docs/fidelity.md#layer-wise-decay); true gives it decay^1.
+    # The original gives the top layer decay^2 (an off-by-one, docs/fidelity.md#layer-wise-decay);
+    # true gives it decay^1.
     fixed_layerwise_decay: bool = False
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
