@@ -73,7 +73,7 @@ class ClassificationTask(SentenceTask):
     def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
         return {"probabilities": tf.nn.softmax(logits, axis=-1)}  # [B, C]
 
-    def prediction_rows(self, fetched, examples, features) -> List[dict]:
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
         return [{"label": self.labels[int(np.argmax(p))],
                  "probabilities": {name: float(v) for name, v in zip(self.labels, p)}}
                 for p in fetched["probabilities"]]

@@ -127,7 +127,7 @@ class MultilabelTask(SentenceTask):
     def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
         return {"probabilities": tf.sigmoid(logits)}  # [B, K]
 
-    def prediction_rows(self, fetched, examples, features) -> List[dict]:
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
         return [self.output(p) for p in fetched["probabilities"]]
 
     def server(self, tokenizer, model, max_seq_length: int, precision: str) -> MultilabelServer:

@@ -80,7 +80,7 @@ class Predictor:
                 column = fetched.setdefault(key, [None] * len(order))
                 for index, row in zip(indices, value.numpy()):
                     column[index] = row
-        rows = self.task.prediction_rows(fetched, list(examples), features)
+        rows = self.task.prediction_rows(self.config, fetched, list(examples), features)
         for i, row in enumerate(rows):
             if self.embeddings:
                 row["embedding"] = {"cls": fetched["cls_embedding"][i].tolist(),

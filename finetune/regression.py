@@ -56,7 +56,7 @@ class RegressionTask(SentenceTask):
     def predict_outputs(self, head, output) -> Dict[str, tf.Tensor]:
         return {"value": output[:, 0] * self.scale}  # [B], on the target's own scale
 
-    def prediction_rows(self, fetched, examples, features) -> List[dict]:
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
         return [{"value": float(v)} for v in fetched["value"]]
 
     def card(self) -> dict:

@@ -182,7 +182,7 @@ class TaggingTask(Task):
     def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
         return {"tag_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}  # [B, W]
 
-    def prediction_rows(self, fetched, examples, features) -> List[dict]:
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
         """The words with their tags (null past max_seq_length, where words are not tagged) and the
         entities (conlleval's rules) as type, character start and end in the text, and text."""
         rows = []

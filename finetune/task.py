@@ -99,7 +99,7 @@ class Task(abc.ABC):
         """In the graph: what predicting fetches from the head's output (leading axis B)."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
 
-    def prediction_rows(self, fetched: Dict[str, list], examples: list, features: Features) -> List[dict]:
+    def prediction_rows(self, config, fetched: Dict[str, list], examples: list, features: Features) -> List[dict]:
         """One JSON object per example from the fetched values ({key: [array per feature]})."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
 

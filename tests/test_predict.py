@@ -166,3 +166,34 @@ def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys)
     shutil.copytree(root / "models" / "tiny", tmp_path / "pretrained", ignore=shutil.ignore_patterns("finetuning*"))
     with pytest.raises(InputError, match="holds no fine-tuned model"):
         Predictor(tmp_path / "pretrained")
+
+
+def test_squad_v2_answers_equal_the_runs_own(tmp_path, shared_data, vocab_file):
+    """SQuAD 2.0: predict.py's answers and null odds on the dev questions (JSONL: id, question,
+    context) equal those the run wrote for them; each answer is the context at its span."""
+    data = tmp_path / "finetuning_data" / "squad"
+    data.mkdir(parents=True)
+    (data / "train.json").symlink_to(shared_data / "squad" / "train-v2.0-subset-10articles.json")
+    (data / "dev.json").symlink_to(shared_data / "squad" / "dev-v2.0.json")
+    (tmp_path / "vocab.txt").symlink_to(vocab_file)
+    config = FinetuningConfig.from_hparams("tiny", str(tmp_path), {**BASE, "task_names": ["squad"], "max_examples": 24,
+                                                                   "max_seq_length": 96, "doc_stride": 48,
+                                                                   "max_query_length": 24})
+    run(config, io.StringIO())
+    written = tmp_path / "models" / "tiny" / "results" / "squad_qa"
+    answers = json.loads((written / "squad_preds.json").read_text())
+    null_odds = json.loads((written / "squad_null_odds.json").read_text())
+    questions = []
+    for article in json.loads((shared_data / "squad" / "dev-v2.0.json").read_text())["data"]:
+        for paragraph in article["paragraphs"]:
+            questions += [{"id": qa["id"], "question": qa["question"], "context": paragraph["context"]}
+                          for qa in paragraph["qas"]]
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions[:24]))
+    rows = predicted(["--model-dir", str(tmp_path / "models/tiny/finetuning_models/squad_model_1"),
+                      "--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "out.jsonl")])
+    assert [row["id"] for row in rows] == [q["id"] for q in questions[:24]] == list(answers)
+    for row, question in zip(rows, questions):
+        assert row["answer"] == answers[row["id"]]
+        assert row["null_odds"] == pytest.approx(null_odds[row["id"]], abs=1e-4)
+        assert row["abstains"] == (row["null_odds"] > config.qa_na_threshold)
+        assert row["answer"] == "empty" or question["context"][row["start"]:row["end"]] == row["answer"]
