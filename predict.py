@@ -9,7 +9,7 @@ Any other file, or `-` (standard input), is plain text: a text a line (a pair ta
 separated by a tab; a tagging task: a sentence, words split on whitespace). Each output object
 holds the row's `id` (when the input has the task's id column) and the prediction:
 classification `label` and `probabilities`; multi-label `labels` and `probabilities`;
-regression `value`; tagging `words`, `tags` and `entities` (type, character start and end in the
+regression `score`; tagging `words`, `tags` and `entities` (type, character start and end in the
 line, text); SQuAD (JSONL with question and context) `answer`, its `start` and `end` in the
 context and, for SQuAD 2.0, `null_odds` and `abstains`. `--embeddings` adds the `[CLS]` and mean-pooled encoder vectors. docs/finetuning.md.
 """

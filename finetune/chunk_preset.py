@@ -35,6 +35,9 @@ class ChunkPreset(TaggingTask):
             self._tags = list(_chunk_labels(str(self.task_dir)))
         return self._tags
 
+    def own_format(self, suffix: str) -> Optional[str]:
+        return "conll" if suffix == ".txt" else None  # CoNLL-2000's own files
+
     def lowercase(self, do_lower_case: bool) -> bool:
         return True  # the original lower-cases its tagging words whatever do_lower_case says
 

@@ -272,8 +272,10 @@ class TaggingHead(tf_keras.layers.Layer):
         return tf.cast(self.dense(words), tf.float32)
 
     def per_example_loss(self, logits, batch):
-        """-> [B]: cross-entropy summed over the sentence's labelled words."""
-        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["tag_ids"], logits=logits)  # [B, W]
+        """-> [B]: cross-entropy summed over the sentence's labelled words (tag ids of another
+        tagging task's rows are clipped into range; the model masks their loss out)."""
+        tag_ids = tf.clip_by_value(batch["tag_ids"], 0, tf.shape(logits)[-1] - 1)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tag_ids, logits=logits)  # [B, W]
         return tf.reduce_sum(losses * batch["labels_mask"], axis=-1)
 
     def predictions(self, logits):

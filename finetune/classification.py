@@ -51,7 +51,7 @@ class ClassificationTask(SentenceTask):
         positions = label_positions(self.labels)
         if label not in positions:
             raise InputError(f"{path}:{line}: label {label!r} is not one of the task's labels "
-                             f"({', '.join(self.labels)}), which train gives")
+                             f"({', '.join(self.labels)})")
         return positions[label]
 
     def make_head(self, config, hidden_size: int) -> ClassificationHead:

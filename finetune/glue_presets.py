@@ -31,6 +31,9 @@ class GlueFiles:
     def dev_files(self):
         return self.glue_task.dev_files
 
+    def own_format(self, suffix: str):
+        return "tsv" if suffix == ".tsv" else None
+
     def input_columns(self, format: str):
         """A GLUE preset predicts from its own TSV layout (the dev files': quoting off, by index)."""
         if format != "tsv":

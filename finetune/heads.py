@@ -43,8 +43,10 @@ class ClassificationHead(ClsHead):
         super().__init__(task_name, num_labels, hidden_size, **kwargs)
 
     def per_example_loss(self, logits, batch):
-        """logits [B, C] -> [B]."""
-        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["label_ids"], logits=logits)
+        """logits [B, C] -> [B]. Rows of another task (a multi-task batch) may hold labels past C:
+        clipped into range, their loss is masked out by the model (`task_id`)."""
+        labels = tf.clip_by_value(batch["label_ids"], 0, tf.shape(logits)[-1] - 1)
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
     def predictions(self, logits):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B]

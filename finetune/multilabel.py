@@ -93,7 +93,7 @@ class MultilabelTask(SentenceTask):
         for name in self._names(cell, path, line):
             if name not in positions:
                 raise InputError(f"{path}:{line}: label {name!r} is not one of the task's labels "
-                                 f"({', '.join(self.labels)}), which train gives")
+                                 f"({', '.join(self.labels)})")
             vector[positions[name]] = 1.0
         return vector
 

@@ -2,8 +2,9 @@
 columns the model's task card names), plain text (a text a line; for a pair task the two texts
 separated by a tab), or standard input (`-`, plain text). Read lazily, a line at a time.
 
-The format comes from the file's extension (.csv, .tsv, .jsonl, .conll) unless given; anything
-else, standard input included, is plain text. An empty line or text is an error naming the line,
+The format is the one given, else the task's own when the file is named as its files are (a
+CoNLL `.txt`), else the extension's (.csv, .tsv, .jsonl, .conll); anything else, standard input
+included, is plain text. An empty line or text is an error naming the line,
 or, with `skip_empty`, skipped and counted (`InputSource.skipped`).
 """
 
@@ -29,12 +30,16 @@ class InputSource:
     opened: Optional[BinaryIO] = dataclasses.field(default=None, repr=False)  # the stream being read
 
     @classmethod
-    def open(cls, path: str, format: Optional[str] = None, skip_empty: bool = False) -> "InputSource":
+    def open(cls, path: str, format: Optional[str] = None, skip_empty: bool = False, task=None) -> "InputSource":
+        """`format`, or the one the task reads files of this suffix in (`Task.own_format`), or the
+        suffix's (EXTENSIONS), or plain text."""
         if format is not None and format not in FORMATS:
             raise InputError(f"--input-format {format!r} is not one of: {', '.join(FORMATS)}")
         if path != "-" and not Path(path).is_file():
             raise InputError(f"--input {path}: no such file")
-        chosen = format or ("text" if path == "-" else EXTENSIONS.get(Path(path).suffix.lower(), "text"))
+        suffix = Path(path).suffix.lower()
+        own = None if path == "-" or task is None else task.own_format(suffix)
+        chosen = format or own or ("text" if path == "-" else EXTENSIONS.get(suffix, "text"))
         return cls(path, chosen, skip_empty)
 
     @property

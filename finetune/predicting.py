@@ -50,7 +50,7 @@ class Predictor:
         model, self.config, self.task = load_finetuned(model_dir, task)
         self.tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
         self.task_id = self.config.task_names.index(self.task.name)
-        self.encoder, self.head = model.encoder, model.heads[self.task_id]
+        self.encoder, self.head = model.encoder, model.head_of(self.task.name)
         self.embeddings = embeddings
         self.spec = batch_spec([self.task])
         self.step = tf.function(self._step, input_signature=[self.spec])
@@ -81,10 +81,10 @@ class Predictor:
                 for index, row in zip(indices, value.numpy()):
                     column[index] = row
         rows = self.task.prediction_rows(self.config, fetched, list(examples), features)
-        for i, row in enumerate(rows):
-            if self.embeddings:
-                row["embedding"] = {"cls": fetched["cls_embedding"][i].tolist(),
-                                    "mean": fetched["mean_embedding"][i].tolist()}
+        if self.embeddings:
+            for row, feature in zip(rows, self.task.example_features(features)):
+                row["embedding"] = {"cls": fetched["cls_embedding"][feature].tolist(),
+                                    "mean": fetched["mean_embedding"][feature].tolist()}
         return [({"id": row_id} if row_id is not None else {}) | row for row_id, row in zip(ids, rows)]
 
 
@@ -94,8 +94,9 @@ def predict(model_dir, input_path: str, output_path: str, task: Optional[str] = 
     """Writes the predictions of every input row to `output_path`; returns {"rows", "seconds", "skipped"}."""
     stream = stream or sys.stderr
     output = check_output(output_path, overwrite)
-    source = InputSource.open(input_path, input_format, skip_empty)
+    InputSource.open(input_path, input_format)  # a bad path or format fails before the model loads
     predictor = Predictor(model_dir, task, embeddings)
+    source = InputSource.open(input_path, input_format, skip_empty, predictor.task)
     items = predictor.task.read_inputs(source)
     group = GROUP_BATCHES * predictor.config.predict_batch_size
     partial = output.with_name(f".{output.name}.partial-{os.getpid()}")

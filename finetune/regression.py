@@ -51,13 +51,13 @@ class RegressionTask(SentenceTask):
         return scorers.score(self.metrics, targets, predictions, loss, split.prefix)
 
     def output(self, prediction) -> dict:
-        return {"value": float(prediction) * self.scale}
+        return {"score": float(prediction) * self.scale}
 
     def predict_outputs(self, head, output) -> Dict[str, tf.Tensor]:
-        return {"value": output[:, 0] * self.scale}  # [B], on the target's own scale
+        return {"score": output[:, 0] * self.scale}  # [B], on the target's own scale
 
     def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
-        return [{"value": float(v)} for v in fetched["value"]]
+        return [{"score": float(v)} for v in fetched["score"]]
 
     def card(self) -> dict:
         return {**super().card(), "scale": self.scale}

@@ -58,6 +58,10 @@ class SentenceTask(Task):
 
     is_regression = False  # the label is a float target (finetune.inputs' `targets`), not a class
 
+    def own_format(self, suffix: str) -> Optional[str]:
+        same = self.files is not None and Path(self.files.train).suffix.lower() == suffix
+        return self.files.layout.format if same else None
+
     def input_columns(self, format: str) -> Tuple[Layout, Dict[str, object]]:
         """How a prediction input in `format` is read: its layout and the columns of text, text_b, id."""
         files = self.files
@@ -74,7 +78,8 @@ class SentenceTask(Task):
             raise InputError(f"{source.name}: a {self.type_name} task reads text, csv, tsv or jsonl, "
                              f"not {source.format}")
         layout, columns = self.input_columns(source.format)
-        for line, cells in iter_rows(source.name, layout, columns, optional=("id",), source=source.stream()):
+        for line, cells in iter_rows(source.name, layout, columns, optional=("id",), source=source.stream(),
+                                     on_blank=source.empty):
             texts = [cells.get(key) for key in ("text", "text_b") if key in columns]
             if any(isinstance(text, str) and not text.strip() for text in texts) and source.empty(line, "text"):
                 continue

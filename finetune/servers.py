@@ -45,7 +45,7 @@ class SentenceServer(tf.Module):
     def __init__(self, tokenizer: Tokenizer, model, task, max_seq_length: int, precision: str = "float32"):
         super().__init__(name=f"electra_{task.name}")
         self.tokenizer, self.encoder = tokenizer, model.encoder
-        self.head = model.heads[[t.name for t in model.tasks].index(task.name)]
+        self.head = model.head_of(task.name)
         self.task, self.max_seq_length = task, max_seq_length
         self.precision = precision_record(precision)
         texts = [tf.TensorSpec([None], tf.string, name="text_a")]

@@ -7,6 +7,7 @@ tokens and 2 epochs, as the original.
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from finetune import squad, squad_postprocess
@@ -92,7 +93,7 @@ class SquadTask(Task):
         if source.format == "jsonl":
             rows = ((line, cells) for line, cells in iter_rows(
                 source.name, Layout("jsonl"), {"question": "question", "context": "context", "id": "id"},
-                optional=("id",), source=source.stream()))
+                optional=("id",), source=source.stream(), on_blank=source.empty))
         elif source.format == "text":
             rows = ((line, dict(zip(("question", "context"), text.split("\t", 1)))) for line, text in source.lines())
         else:
@@ -105,6 +106,9 @@ class SquadTask(Task):
             question = text_cell(cells["question"], source.name, line, "question")
             row_id = None if cells.get("id") is None else str(cells["id"])
             yield row_id, squad.Example(line, row_id or str(line), question, paragraph)
+
+    def example_features(self, features) -> np.ndarray:
+        return np.unique(features.example_index, return_index=True)[1]  # each question's first window
 
     def predict_outputs(self, head, outputs) -> Dict[str, tf.Tensor]:
         return head.predictions(outputs)  # the beams of every window

@@ -12,12 +12,14 @@ import csv
 import dataclasses
 import itertools
 import json
+import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from electra_tf.errors import InputError
 
 FORMATS = ("csv", "tsv", "jsonl")
+csv.field_size_limit(sys.maxsize)  # a long review is a row like any other (the default stops at 128 KB)
 Column = Union[str, int]  # a header name, or a 0-based index (negative: from the row's end)
 
 
@@ -55,8 +57,8 @@ def read_text(path: Path) -> str:
     return "".join(text for _, text in decoded_lines(path))
 
 
-def _delimited(path: Path, lines: Iterator[Tuple[int, str]], layout: Layout):
-    """(first line, fields) of each non-blank record of a CSV or TSV."""
+def _delimited(path: Path, lines: Iterator[Tuple[int, str]], layout: Layout, on_blank):
+    """(first line, fields) of each record of a CSV or TSV; a blank line goes to `on_blank`."""
     dialect = dict(delimiter="," if layout.format == "csv" else "\t", strict=True)
     if layout.format == "tsv" and not layout.quoting:
         dialect["quoting"] = csv.QUOTE_NONE
@@ -68,10 +70,12 @@ def _delimited(path: Path, lines: Iterator[Tuple[int, str]], layout: Layout):
         except StopIteration:
             return
         except csv.Error as error:
-            raise InputError(f"{path}:{start}: malformed {layout.format.upper()} ({error}); a quote opened "
-                             f"here is not closed as the format requires") from None
-        if any(cell.strip() for cell in row):
+            raise InputError(f"{path}:{start}: malformed {layout.format.upper()} ({error}): a quoted field "
+                             f"that starts here is not closed, or text follows its closing quote") from None
+        if row:
             yield start, row
+        elif on_blank is not None:
+            on_blank(start)
         start = reader.line_num + 1
 
 
@@ -91,8 +95,8 @@ def _index(columns: List[str], column: Column, path: Path, field: str, header: b
 
 
 def _delimited_rows(path: Path, lines, layout: Layout, columns: Dict[str, Column],
-                    optional) -> Iterator[Tuple[int, Dict[str, object]]]:
-    records = _delimited(path, lines, layout)
+                    optional, on_blank) -> Iterator[Tuple[int, Dict[str, object]]]:
+    records = _delimited(path, lines, layout, on_blank)
     header = next(records, None) if layout.header else None
     if layout.header and header is None:
         raise InputError(f"{path}: is empty (no header)")
@@ -111,9 +115,12 @@ def _delimited_rows(path: Path, lines, layout: Layout, columns: Dict[str, Column
         yield line, cells
 
 
-def _jsonl_rows(path: Path, lines, columns: Dict[str, Column], optional) -> Iterator[Tuple[int, Dict[str, object]]]:
+def _jsonl_rows(path: Path, lines, columns: Dict[str, Column], optional,
+                on_blank) -> Iterator[Tuple[int, Dict[str, object]]]:
     for line, raw in lines:
         if not raw.strip():
+            if on_blank is not None:
+                on_blank(line)
             continue
         try:
             record = json.loads(raw)
@@ -133,14 +140,14 @@ def _jsonl_rows(path: Path, lines, columns: Dict[str, Column], optional) -> Iter
 
 
 def iter_rows(path, layout: Layout, columns: Dict[str, Column], optional: Sequence[str] = (),
-              source=None) -> Iterator[Tuple[int, Dict[str, object]]]:
+              source=None, on_blank: Optional[Callable[[int], None]] = None) -> Iterator[Tuple[int, Dict[str, object]]]:
     """(1-based line, {field: cell}) of each data row of `path` (or of the binary stream `source`),
-    lazily, blank lines skipped; a field in `optional` whose column the file lacks is left out of
-    the rows instead of being an error."""
+    lazily; a blank line is skipped, or given to `on_blank` (its number); a field in `optional`
+    whose column the file lacks is left out of the rows instead of being an error."""
     lines = decoded_lines(path, source)
     if layout.format == "jsonl":
-        return _jsonl_rows(Path(path), lines, columns, optional)
-    return _delimited_rows(Path(path), lines, layout, columns, optional)
+        return _jsonl_rows(Path(path), lines, columns, optional, on_blank)
+    return _delimited_rows(Path(path), lines, layout, columns, optional, on_blank)
 
 
 def read_rows(path, layout: Layout, columns: Dict[str, Column], max_rows: Optional[int] = None,

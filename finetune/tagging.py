@@ -22,9 +22,11 @@ import tensorflow as tf
 from electra_tf.errors import InputError
 from finetune import chunking
 from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
+from finetune.predict_inputs import InputSource
 from finetune.table_files import Layout, iter_rows, read_rows
 from finetune.tagging_server import TaggerServer
 from finetune.task import EvalSplit, Task
+from finetune.task_files import write_test_predictions
 
 SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
 
@@ -92,8 +94,13 @@ class TaggingTask(Task):
         return sentences
 
     def read(self, config, split: str, max_examples: Optional[int]) -> List[Sentence]:
+        """Train and dev sentences with their tags; the test file's words alone (its tags, if any,
+        are not read): they are to be predicted."""
         if self.paths.get(split) is None:
             raise InputError(f"task {self.name}: no {split} file in its spec")
+        if split == "test":
+            source = InputSource.open(str(self.path(split)), self.format)
+            return [sentence for _, sentence in itertools.islice(self.read_inputs(source), max_examples)]
         sentences = self._sentences(self.path(split), max_examples)
         if not sentences:
             raise InputError(f"{self.path(split)}: holds no sentences")
@@ -101,11 +108,10 @@ class TaggingTask(Task):
 
     @property
     def tags(self) -> List[str]:
-        """The head's classes: the BIOES tags of every split file present, sorted (the original's
+        """The head's classes: the BIOES tags of the train and dev files, sorted (the original's
         mapping); an entity type the train file never has is an error naming the file and sentence."""
         if self._tags is None:
-            splits = {split: self._sentences(self.path(split), None) for split in ("train", "dev", "test")
-                      if self.paths.get(split) is not None}
+            splits = {split: self._sentences(self.path(split), None) for split in ("train", "dev")}
             types = {tag[2:] for s in splits["train"] for tag in s.tags if tag != "O"}
             for split, sentences in splits.items():
                 for sentence in sentences:
@@ -149,12 +155,15 @@ class TaggingTask(Task):
         overall = chunking.chunk_f1(gold, guessed, conlleval=True)
         return {"f1": overall["f1"], **overall, **chunking.typed_f1(gold, guessed), "loss": float(loss)}  # main first
 
+    def own_format(self, suffix: str) -> Optional[str]:
+        return self.format if Path(self.paths.get("train") or "").suffix.lower() == suffix else None
+
     def read_inputs(self, source) -> Iterator[Tuple[Optional[str], TextSentence]]:
         """Plain text (a sentence a line, words split on whitespace), JSONL (the `tokens` key, an
         `id` key if present) or CoNLL (the first column; blank lines between sentences)."""
         if source.format == "jsonl":
             for line, cells in iter_rows(source.name, Layout("jsonl"), {"tokens": self.tokens_key, "id": "id"},
-                                         optional=("id",), source=source.stream()):
+                                         optional=("id",), source=source.stream(), on_blank=source.empty):
                 words = cells["tokens"]
                 if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
                     raise InputError(f"{source.name}:{line}: {self.tokens_key!r} must be a JSON list of words")
@@ -178,6 +187,14 @@ class TaggingTask(Task):
             elif not fields and words:
                 yield None, TextSentence.of_words(first, words)
                 words, first = [], None
+
+    def test_splits(self, config):
+        return (("test", "test"),) if self.paths.get("test") is not None else ()
+
+    def write_test(self, config, split: EvalSplit, predictions, results_dir) -> Path:
+        """`results/test_predictions/<task>.jsonl`: each test sentence's words, tags and entities."""
+        rows = self.prediction_rows(config, {"tag_ids": predictions}, split.examples, split.features)
+        return write_test_predictions(results_dir, self.name, [None] * len(rows), rows)
 
     def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
         return {"tag_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}  # [B, W]

@@ -84,7 +84,7 @@ class TaggerServer(tf.Module):
     def __init__(self, tokenizer: Tokenizer, model, task, max_seq_length: int, precision: str, lowercase: bool):
         super().__init__(name=f"electra_{task.name}")
         self.tokenizer, self.encoder, self.task = tokenizer, model.encoder, task
-        self.head = model.heads[[t.name for t in model.tasks].index(task.name)]
+        self.head = model.head_of(task.name)
         self.max_seq_length, self.lowercase = max_seq_length, lowercase
         self.tag_names = tf.constant(list(task.tags))
         self.precision = precision_record(precision)
