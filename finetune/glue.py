@@ -74,7 +74,8 @@ _ALIASES = {**{t.folder.lower(): t.name for t in TASKS.values()}, **{t: t for t 
 _ALIASES.update({"sst2": "sst", "stsb": "sts", "sst-2": "sst", "sts-b": "sts"})
 # The AX diagnostic set: columns index, sentence1, sentence2 (no labels), MNLI's label set.
 _DIAGNOSTIC = Columns(1, 2, index=0)
-# The original's span-extraction and tagging tasks (finetune.squad_task, finetune.chunk_preset) and its MRQA tasks (not supported).
+# The original's span-extraction and tagging tasks (finetune.squad_task, finetune.chunk_preset) and its
+# MRQA tasks (not supported).
 SPAN_TASKS = ("squad", "squadv1", "chunk")
 NOT_YET = ("newsqa", "naturalqs", "triviaqa", "searchqa")
 
