@@ -34,12 +34,15 @@ class GlueFiles:
     def own_format(self, suffix: str):
         return "tsv" if suffix == ".tsv" else None
 
-    def input_columns(self, format: str):
-        """A GLUE preset predicts from its own TSV layout (the dev files': quoting off, by index)."""
-        if format != "tsv":
-            raise InputError(f"task {self.name}: predicts from GLUE's TSV layout or plain text, not {format}")
-        columns = self.glue_task.train
-        chosen = {"text": columns.text_a, "text_b": columns.text_b}
+    def input_columns(self, source):
+        """A GLUE preset predicts from its own TSV layouts (quoting off, columns by index): a test
+        file's (its first column `index` or `id`, which becomes the row's id) or a train/dev file's."""
+        if source.format != "tsv":
+            raise InputError(f"task {self.name}: predicts from GLUE's TSV layout or plain text, not {source.format}")
+        first = "" if source.path == "-" else Path(source.path).open(encoding="utf-8-sig").readline()
+        test = first.split("\t")[0].strip() in ("index", "id")
+        columns = self.glue_task.test if test else self.glue_task.train
+        chosen = {"text": columns.text_a, "text_b": columns.text_b, "id": columns.index}
         return Layout("tsv", quoting=False, header=columns.header), {k: v for k, v in chosen.items() if v is not None}
 
     def read(self, config, split: str, max_examples) -> List[glue.Example]:

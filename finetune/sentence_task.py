@@ -62,8 +62,9 @@ class SentenceTask(Task):
         same = self.files is not None and Path(self.files.train).suffix.lower() == suffix
         return self.files.layout.format if same else None
 
-    def input_columns(self, format: str) -> Tuple[Layout, Dict[str, object]]:
-        """How a prediction input in `format` is read: its layout and the columns of text, text_b, id."""
+    def input_columns(self, source) -> Tuple[Layout, Dict[str, object]]:
+        """How a prediction input is read: its layout and the columns of text, text_b, id."""
+        format = source.format
         files = self.files
         columns = {"text": files.text, "text_b": files.text_b, "id": files.id}
         return (Layout(format, quoting=files.layout.quoting, header=files.layout.header),
@@ -77,7 +78,7 @@ class SentenceTask(Task):
         if source.format not in FORMATS:
             raise InputError(f"{source.name}: a {self.type_name} task reads text, csv, tsv or jsonl, "
                              f"not {source.format}")
-        layout, columns = self.input_columns(source.format)
+        layout, columns = self.input_columns(source)
         for line, cells in iter_rows(source.name, layout, columns, optional=("id",), source=source.stream(),
                                      on_blank=source.empty):
             texts = [cells.get(key) for key in ("text", "text_b") if key in columns]

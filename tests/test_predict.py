@@ -57,10 +57,12 @@ def trained(tmp_path_factory, shared_data, vocab_file):
     (data / "chunk").mkdir()
     (data / "chunk" / "train.txt").symlink_to(shared_data / "conll2000" / "train.txt")
     (data / "chunk" / "dev.txt").symlink_to(shared_data / "conll2000" / "test.txt")
+    (data / "SST-2").symlink_to(shared_data / "glue" / "SST-2")
     (root / "vocab.txt").symlink_to(vocab_file)
     out = {}
-    for name, spec in (("reviews", REVIEWS), ("phrases", PHRASES)):
-        config = FinetuningConfig.from_hparams("tiny", str(root), {**BASE, "task_names": [name], "tasks": {name: spec}})
+    for name, spec in (("reviews", REVIEWS), ("phrases", PHRASES), ("sst", None)):
+        tasks = {name: spec} if spec else {}
+        config = FinetuningConfig.from_hparams("tiny", str(root), {**BASE, "task_names": [name], "tasks": tasks})
         run(config, io.StringIO())
         out[name] = (config, root / "models" / "tiny" / "finetuning_models" / f"{name}_model_1")
     return root, out
@@ -108,6 +110,24 @@ def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_pat
     text.write_text("".join(e.text_a + "\n" for e in split.examples[:5]), encoding="utf-8")
     plain = predicted(["--model-dir", str(trial_dir), "--input", str(text), "--output", str(tmp_path / "plain.jsonl")])
     assert [row["label"] for row in plain] == [row["label"] for row in rows[:5]] and "id" not in plain[0]
+
+
+def test_a_glue_preset_reads_its_dev_and_test_layouts(trained, tmp_path, shared_data):
+    root, models = trained
+    config, trial_dir = models["sst"]
+    labels, split = dev_predictions(config, trial_dir)
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(shared_data / "glue/SST-2/dev.tsv"),
+                      "--output", str(tmp_path / "dev.jsonl")])
+    assert [row["label"] for row in rows[:ROWS]] == [("0", "1")[int(label)] for label in labels]
+    header, *lines = (shared_data / "glue/SST-2/test.tsv").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "test.tsv").write_text("\n".join([header] + lines[:5]) + "\n", encoding="utf-8")
+    (tmp_path / "test.txt").write_text("".join(line.split("\t")[1] + "\n" for line in lines[:5]), encoding="utf-8")
+    test = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "test.tsv"),
+                      "--output", str(tmp_path / "test.jsonl")])
+    plain = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "test.txt"),
+                       "--output", str(tmp_path / "plain.jsonl")])
+    assert [row["id"] for row in test] == [line.split("\t")[0] for line in lines[:5]]  # the index column
+    assert [row["probabilities"] for row in test] == [row["probabilities"] for row in plain]
 
 
 def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
