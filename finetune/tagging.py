@@ -16,7 +16,6 @@ import itertools
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from electra_tf.errors import InputError
@@ -86,8 +85,7 @@ class TaggingTask(Task):
             if len(words) != len(tags) or not words:
                 raise InputError(f"{path}:{line}: {len(words)} tokens but {len(tags)} tags")
             for tag in tags:
-                valid = isinstance(tag, str) and (tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in prefixes))
-                if not valid:
+                if not chunking.valid_tag(tag, prefixes):
                     raise InputError(f"{path}:{line}: tag {tag!r} is not O or "
                                      f"{'/'.join(p + '-' for p in prefixes)}<type> ({self.scheme})")
             sentences.append(Sentence(len(sentences), tuple(map(str, words)), tuple(tags)))
@@ -143,15 +141,8 @@ class TaggingTask(Task):
     def gather(self, columns):
         return columns[None]  # [array of tag ids (one per kept word)] per sentence
 
-    def _tag_names(self, config, split: EvalSplit, predictions):
-        names = {i: tag for tag, i in self.mapping.items()}
-        gold = [[names[int(i)] for i in labels] for labels in split.features.labels]
-        guessed = [[names[int(i)] for i in np.asarray(p)[:len(labels)]]
-                   for p, labels in zip(predictions, split.features.labels)]
-        return gold, guessed
-
     def score(self, config, split: EvalSplit, predictions, loss: float) -> Dict[str, float]:
-        gold, guessed = self._tag_names(config, split, predictions)
+        gold, guessed = chunking.tag_names(split.features, predictions, self.mapping)
         overall = chunking.chunk_f1(gold, guessed, conlleval=True)
         return {"f1": overall["f1"], **overall, **chunking.typed_f1(gold, guessed), "loss": float(loss)}  # main first
 
