@@ -61,7 +61,7 @@ class FinetuningConfig(HParams):
     keep_all_models: bool = True  # keep each trial's finetuning_models/<tasks>_model_<trial>
     model_size: str = "small"
     task_names: List[str] = dataclasses.field(default_factory=lambda: ["chunk"])
-    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict, metadata={"fields": BertConfig})
     embedding_size: Optional[int] = None
     vocab_size: int = 30522
     do_lower_case: bool = True
