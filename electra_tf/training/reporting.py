@@ -71,5 +71,8 @@ def write_results(results: Dict[str, float], json_path, txt_path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(text)
-        temporary.replace(path)
+        try:
+            temporary.write_text(text)
+            temporary.replace(path)
+        finally:  # after a failed write (a full disk): no half file left
+            temporary.unlink(missing_ok=True)

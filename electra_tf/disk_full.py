@@ -1,0 +1,113 @@
+"""A write that failed for lack of space, as one line: which file or directory, the free space
+there, and what is intact.
+
+Python reports a full disk as an OSError with errno ENOSPC (or EDQUOT, a full quota) and the file's
+name; TensorFlow's file system layer reports it as an `OpError` (mostly ResourceExhaustedError)
+whose message ends in "<path>; No space left on device". `reported()` turns either into a
+`DiskFull` that the scripts print as one line (`electra_tf.cli.exit_code`).
+
+A TensorFlow checkpoint that fails mid-save leaves files that are not a checkpoint: `<prefix>_temp/`
+(its shards, written first) and, when the merge that follows failed, a half-written
+`<prefix>.index` / `<prefix>.data-*`. `remove_unfinished_checkpoint` deletes them.
+"""
+
+import contextlib
+import errno
+import re
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from electra_tf.errors import DiskFull
+
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE_TEXT = re.compile(r"(?:^|\s)([^\s;]+); (?:No space left on device|Disk quota exceeded)")
+TEMP_SHARD = re.compile(r"^(.*)_temp/part-\d+-of-\d+\.")  # a shard TensorFlow's saver writes first
+CHECKPOINT_FILE = re.compile(r"^(.*)\.(?:index|data-\d+-of-\d+)$")
+
+
+def is_no_space(error: BaseException) -> bool:
+    """Whether `error` is a write that failed because the file system (or quota) is full."""
+    if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
+        return True
+    return NO_SPACE_TEXT.search(_message(error)) is not None
+
+
+def failed_path(error: BaseException) -> Optional[str]:
+    """The file whose write failed, as the error names it (None if it names none)."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return str(error.filename)
+    found = NO_SPACE_TEXT.search(_message(error))
+    return found.group(1) if found else None
+
+
+def free_space(path) -> str:
+    """The free space of the file system holding `path` (or its nearest existing parent), in words."""
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if free >= size:
+            return f"{free / size:.1f} {unit} free"
+    return f"{free} bytes free"
+
+
+def disk_full(path, intact: str) -> DiskFull:
+    """The one-line error for a write of `path` that found no space; `intact` says what is kept."""
+    return DiskFull(f"no space left on the device for {path} ({free_space(path)} there); {intact}")
+
+
+@contextlib.contextmanager
+def reported(intact: Callable[[], str], path=None) -> Iterator[None]:
+    """Turns a write inside the block that fails for lack of space into a `DiskFull` naming `path`
+    (default: the file the error names; a checkpoint's shard is named by its checkpoint, whose
+    unfinished files are removed) and `intact()`, called then. Other errors pass unchanged."""
+    try:
+        yield
+    except DiskFull:
+        raise
+    except Exception as error:
+        if not is_no_space(error):
+            raise
+        named = path if path is not None else failed_path(error)
+        prefix = _checkpoint_prefix(named)
+        if prefix is not None:
+            message = disk_full(prefix, intact())  # the free space before the cleanup: what the save met
+            remove_unfinished_checkpoint(prefix)
+            raise message from None
+        raise disk_full(named or "a file", intact()) from None
+
+
+def remove_unfinished_checkpoint(prefix) -> None:
+    """Deletes what a failed save of the checkpoint `prefix` left: `<prefix>_temp/`, and its
+    `.index` / `.data-*` files, which the failed save had begun to replace. Call it only for a save
+    that failed: a complete checkpoint of that prefix is deleted too."""
+    prefix = Path(prefix)
+    shutil.rmtree(prefix.with_name(prefix.name + "_temp"), ignore_errors=True)
+    for leftover in prefix.parent.glob(prefix.name + ".*"):
+        if CHECKPOINT_FILE.match(leftover.name):
+            leftover.unlink(missing_ok=True)
+
+
+def remove_stale_temp_dirs(directory) -> list:
+    """Deletes the `<prefix>_temp/` dirs of checkpoint saves that never finished (a run killed or
+    out of space mid-save); call it only while no other process saves there. Returns their paths."""
+    stale = [path for path in Path(directory).glob("*_temp")
+             if path.is_dir() and all(TEMP_SHARD.match(f"{path}/{part.name}") for part in path.iterdir())]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def _checkpoint_prefix(path: Optional[str]) -> Optional[str]:
+    """The checkpoint a file belongs to, when it is a shard under `<prefix>_temp/` or a checkpoint
+    file that the save's merge was writing; else None."""
+    if path is None:
+        return None
+    found = TEMP_SHARD.match(path) or CHECKPOINT_FILE.match(path)
+    return found.group(1) if found else None
+
+
+def _message(error: BaseException) -> str:
+    return str(getattr(error, "message", None) or error)
