@@ -31,7 +31,14 @@ def main(argv=None) -> int:
     use_pooled_cpu_allocator()
     from finetune.config import FinetuningConfig
     from finetune.runner import run
-    return exit_code(lambda: run(FinetuningConfig.from_hparams(args.model_name, args.data_dir, args.hparams)))
+    from finetune.writing import guarded
+
+    def job():
+        config = FinetuningConfig.from_hparams(args.model_name, args.data_dir, args.hparams)
+        with guarded(config):
+            run(config)
+
+    return exit_code(job)
 
 
 if __name__ == "__main__":
