@@ -3,7 +3,8 @@ there, and what is intact.
 
 Python reports a full disk as an OSError with errno ENOSPC (or EDQUOT, a full quota) and the file's
 name; TensorFlow's file system layer reports it as an `OpError` (mostly ResourceExhaustedError)
-whose message ends in "<path>; No space left on device". `reported()` turns either into a
+whose message ends in "<path>; No space left on device"; other libraries (safetensors) pass on the
+OS's words without a path, and their caller names the file. `reported()` turns either into a
 `DiskFull` that the scripts print as one line (`electra_tf.cli.exit_code`).
 
 A TensorFlow checkpoint that fails mid-save leaves files that are not a checkpoint: `<prefix>_temp/`
@@ -21,7 +22,8 @@ from typing import Callable, Iterator, Optional
 from electra_tf.errors import DiskFull
 
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-NO_SPACE_TEXT = re.compile(r"(?:^|\s)([^\s;]+); (?:No space left on device|Disk quota exceeded)")
+NO_SPACE_TEXT = re.compile(r"No space left on device|Disk quota exceeded")  # the OS's words, as libraries pass them on
+NAMED_FILE = re.compile(r"(?:^|\s)([^\s;]+); (?:No space left on device|Disk quota exceeded)")  # TensorFlow's form
 TEMP_SHARD = re.compile(r"^(.*)_temp/part-\d+-of-\d+\.")  # a shard TensorFlow's saver writes first
 CHECKPOINT_FILE = re.compile(r"^(.*)\.(?:index|data-\d+-of-\d+)$")
 
@@ -37,7 +39,7 @@ def failed_path(error: BaseException) -> Optional[str]:
     """The file whose write failed, as the error names it (None if it names none)."""
     if isinstance(error, OSError) and error.filename is not None:
         return str(error.filename)
-    found = NO_SPACE_TEXT.search(_message(error))
+    found = NAMED_FILE.search(_message(error))
     return found.group(1) if found else None
 
 
@@ -70,7 +72,9 @@ def reported(intact: Callable[[], str], path=None) -> Iterator[None]:
     except Exception as error:
         if not is_no_space(error):
             raise
-        named = path if path is not None else failed_path(error)
+        if path is not None:
+            raise disk_full(path, intact()) from None
+        named = failed_path(error)
         prefix = _checkpoint_prefix(named)
         if prefix is not None:
             message = disk_full(prefix, intact())  # the free space before the cleanup: what the save met

@@ -7,6 +7,8 @@ The disk is a tmpfs the test mounts (as root, which CI is), filled with a filler
 tmpfs can be mounted, TensorFlow's ENOSPC error is injected at the same write instead.
 """
 
+import errno
+import io
 import json
 import os
 import re
@@ -15,10 +17,12 @@ import sys
 
 import numpy as np
 import pytest
+import safetensors.numpy
 import tensorflow as tf
 
 import run_finetuning
 import run_pretraining
+from pretrain_data import vocab_learning
 from full_disk_helpers import SmallDisk, files_under, no_space
 from process_helpers import REPO, pretraining_hparams
 from script_helpers import load_script
@@ -199,3 +203,42 @@ def test_finetuning_on_a_full_disk_then_the_same_command_completes(data_dir, tmp
     expected = json.loads((tmp_path / "calm" / "results" / "mrpc_results.json").read_text())["trials"]
     assert json.loads(results.read_text())["trials"] == expected and "loss" in expected[0]["mrpc"]
     assert sorted(p.name for p in trial.glob("finetuned*")) == ["finetuned.data-00000-of-00001", "finetuned.index"]
+
+
+def test_vocab_learning_and_an_export_on_a_full_disk_write_nothing(data_dir, tmp_path, small_disk,  # noqa: F811
+                                                                   capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence number {i} has words like token{i % 500} in it.\n" for i in range(5000)))
+    disk = small_disk(16 * MB)
+    vocab, export = disk.path / "vocab.txt", disk.path / "hf"
+
+    def no_room(path):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    class FullFile(io.StringIO):
+        def __init__(self, handle, *args, **kwargs):
+            super().__init__()
+            self.path = os.readlink(f"/proc/self/fd/{handle}")
+            os.close(handle)
+
+        def write(self, text):
+            raise no_room(self.path)
+
+    def inject(patch):
+        patch.setattr(vocab_learning.os, "fdopen", FullFile)
+        patch.setattr(safetensors.numpy, "save_file", lambda tensors, path, **kwargs: (_ for _ in ()).throw(
+            no_room(path)))
+
+    disk.fill(8 << 10, inject)  # the vocab takes about 45 kB, the export 8 MB
+    capsys.readouterr()
+    assert load_script("build_vocab.py").main(["--corpus", str(corpus), "--output", str(vocab), "--vocab-size",
+                                               "20000", "--quiet"]) == 1
+    assert re.fullmatch(rf"error: no space left on the device for {re.escape(str(vocab))} \(.+ free there\); "
+                        rf"nothing was written to {re.escape(str(vocab))}: free space and run the same command again",
+                        one_line(capsys.readouterr().err))
+    assert load_script("convert_checkpoint.py").main(["to-hf", "--model-dir", str(data_dir / "models" / "tiny"),
+                                                      "--output-dir", str(export)]) == 1
+    assert re.fullmatch(rf"error: no space left on the device for {re.escape(str(export))} \(.+ free there\); "
+                        rf"nothing was written to {re.escape(str(export))}: free space and run the same command again",
+                        one_line(capsys.readouterr().err))
+    assert sorted(p.name for p in disk.path.iterdir()) == (["filler"] if disk.real else [])
