@@ -80,7 +80,10 @@ def reported(intact: Callable[[], str], path=None) -> Iterator[None]:
             message = disk_full(prefix, intact())  # the free space before the cleanup: what the save met
             remove_unfinished_checkpoint(prefix)
             raise message from None
-        raise disk_full(named or "a file", intact()) from None
+        if named is None:  # the library did not say which file: the caller did not either
+            raise DiskFull(f"no space left on the device ({_message(error).strip().splitlines()[0]}); "
+                           f"{intact()}") from None
+        raise disk_full(named, intact()) from None
 
 
 def remove_unfinished_checkpoint(prefix) -> None:

@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Union
 
+from electra_tf import atomic_files
 from electra_tf.errors import InputError
 
 HParamsSource = Union[None, str, os.PathLike, Mapping[str, Any]]
@@ -168,14 +169,7 @@ class HParams:
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Writes `to_json()` atomically: a temporary file in the same folder, then a rename,
         so a reader never sees half a file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text(self.to_json(), encoding="utf-8")
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        atomic_files.write_text(path, self.to_json())
 
     @classmethod
     def _checked(cls, user: dict, where: str, settable: set) -> dict:

@@ -23,7 +23,7 @@ from typing import Callable, List, Optional
 import tensorflow as tf
 import tf_keras
 
-from electra_tf import disk_full
+from electra_tf import atomic_files, disk_full
 from electra_tf.errors import InputError
 
 
@@ -143,12 +143,7 @@ def _write_checkpoint_state(model_dir: Path, paths: List[str]) -> None:
     """Rewrites the `checkpoint` state file to list `paths` (the last is the latest), atomically."""
     lines = [f'model_checkpoint_path: "{Path(paths[-1]).name}"']
     lines += [f'all_model_checkpoint_paths: "{Path(path).name}"' for path in paths]
-    staged = model_dir / "checkpoint.tmp"
-    try:
-        staged.write_text("\n".join(lines) + "\n")
-        os.replace(staged, model_dir / "checkpoint")
-    finally:
-        staged.unlink(missing_ok=True)
+    atomic_files.write_text(model_dir / "checkpoint", "\n".join(lines) + "\n")
 
 
 def resolve_checkpoint(path: str) -> str:

@@ -23,7 +23,6 @@ module does not depend on how pretraining data is stored.
 import contextlib
 import math
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional
@@ -32,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from electra_tf import disk_full
+from electra_tf import atomic_files, disk_full
 from electra_tf.config import PretrainingConfig
 from electra_tf.dir_lock import DirLock
 from electra_tf.errors import InputError, WorkerLost
@@ -81,7 +80,7 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
         config.save(saved)
         vocab = Path(config.vocab_file)
         if vocab.exists() and not (model_dir / "vocab.txt").exists():
-            shutil.copyfile(vocab, model_dir / "vocab.txt")  # a model dir is self-contained
+            atomic_files.copy_file(vocab, model_dir / "vocab.txt")  # a model dir is self-contained
     return model_dir
 
 
