@@ -1,9 +1,11 @@
-"""The data build stopped or contended, with real files and processes: SIGTERM mid-way stops the
-workers, removes the temporary output and ends with one line and 143; a later build removes the
-temporary dirs that killed builds left; a build into an output dir that another build holds is
-refused with one line naming the holder."""
+"""The data build and vocab learning stopped or contended, with real files and processes: SIGTERM
+mid-way stops the build's workers, removes the temporary output and ends with one line and 143; a
+later build removes the temporary dirs that killed builds left; a build into an output dir that
+another build holds is refused with one line naming the holder; Ctrl-C stops vocab learning with
+one line, 130 and nothing written."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -104,3 +106,24 @@ def test_a_second_build_into_the_same_output_dir_is_refused(vocab_file, tmp_path
                           f"{socket.gethostname()}, started ")
     assert started.split('"started": "')[1].split('"')[0] in err and err.count("\n") == 1
     assert build_script.main(command) == 0 and output.is_dir()
+
+
+def test_ctrl_c_stops_vocab_learning_with_nothing_written(corpus_dir, tmp_path):
+    output = tmp_path / "vocab.txt"
+    command = [sys.executable, str(REPO / "build_vocab.py"), "--corpus", *map(str, sorted(corpus_dir.iterdir())[:8]),
+               "--input-format", "wikiextractor", "--output", str(output)]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    learning = subprocess.Popen(command, env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        progress = learning.stderr.readline()  # the first progress line: it is counting words
+        assert progress.startswith("counting words"), progress + learning.stderr.read()
+        learning.send_signal(signal.SIGINT)
+        out, err = learning.communicate(timeout=120)
+    finally:
+        learning.kill()
+    assert learning.returncode == 130, err
+    assert err.splitlines()[-1] == f"stopped: learning the vocab {output} stopped by SIGINT; nothing was written " \
+                                   f"to {output}"
+    assert "Traceback" not in err and out == ""
+    assert list(tmp_path.iterdir()) == []
