@@ -9,11 +9,13 @@ OS's words without a path, and their caller names the file. `reported()` turns e
 
 A TensorFlow checkpoint that fails mid-save leaves files that are not a checkpoint: `<prefix>_temp/`
 (its shards, written first) and, when the merge that follows failed, a half-written
-`<prefix>.index` / `<prefix>.data-*`. `remove_unfinished_checkpoint` deletes them.
+`<prefix>.index` / `<prefix>.data-*`. `remove_unfinished_checkpoint` deletes them; a failure while
+the shards were written leaves an earlier save's `<prefix>.*` as it was.
 """
 
 import contextlib
 import errno
+import glob
 import re
 import shutil
 from pathlib import Path
@@ -75,10 +77,13 @@ def reported(intact: Callable[[], str], path=None) -> Iterator[None]:
         if path is not None:
             raise disk_full(path, intact()) from None
         named = failed_path(error)
-        prefix = _checkpoint_prefix(named)
-        if prefix is not None:
+        shard = TEMP_SHARD.match(named or "")
+        merged = CHECKPOINT_FILE.match(named or "")
+        if shard or merged:
+            prefix = (shard or merged).group(1)
             message = disk_full(prefix, intact())  # the free space before the cleanup: what the save met
-            remove_unfinished_checkpoint(prefix)
+            # a shard: the save failed before touching the prefix's files, which stay (an earlier save's)
+            remove_unfinished_checkpoint(prefix, with_final_files=merged is not None)
             raise message from None
         if named is None:  # the library did not say which file: the caller did not either
             raise DiskFull(f"no space left on the device ({_message(error).strip().splitlines()[0]}); "
@@ -86,13 +91,13 @@ def reported(intact: Callable[[], str], path=None) -> Iterator[None]:
         raise disk_full(named, intact()) from None
 
 
-def remove_unfinished_checkpoint(prefix) -> None:
-    """Deletes what a failed save of the checkpoint `prefix` left: `<prefix>_temp/`, and its
-    `.index` / `.data-*` files, which the failed save had begun to replace. Call it only for a save
-    that failed: a complete checkpoint of that prefix is deleted too."""
+def remove_unfinished_checkpoint(prefix, with_final_files: bool) -> None:
+    """Deletes what a failed save of the checkpoint `prefix` left: `<prefix>_temp/`, and, when the
+    save had got to merging its shards into them (or the caller knows them to be unfinished), the
+    prefix's `.index` / `.data-*` files. Call it only for a save that failed."""
     prefix = Path(prefix)
     shutil.rmtree(prefix.with_name(prefix.name + "_temp"), ignore_errors=True)
-    for leftover in prefix.parent.glob(prefix.name + ".*"):
+    for leftover in prefix.parent.glob(glob.escape(prefix.name) + ".*") if with_final_files else ():
         if CHECKPOINT_FILE.match(leftover.name):
             leftover.unlink(missing_ok=True)
 
@@ -105,15 +110,6 @@ def remove_stale_temp_dirs(directory) -> list:
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
-
-
-def _checkpoint_prefix(path: Optional[str]) -> Optional[str]:
-    """The checkpoint a file belongs to, when it is a shard under `<prefix>_temp/` or a checkpoint
-    file that the save's merge was writing; else None."""
-    if path is None:
-        return None
-    found = TEMP_SHARD.match(path) or CHECKPOINT_FILE.match(path)
-    return found.group(1) if found else None
 
 
 def _message(error: BaseException) -> str:

@@ -98,8 +98,8 @@ class Checkpoints:
                 raise
             prefix = self.directory / f"ckpt-{step}"
             failure = disk_full.disk_full(prefix, resume_point(self.model_dir))
-            if str(prefix) not in _listed_checkpoints(self.directory):
-                disk_full.remove_unfinished_checkpoint(prefix)
+            # unlisted files of this step are the failed save's own (listed ones: an earlier complete save)
+            disk_full.remove_unfinished_checkpoint(prefix, str(prefix) not in _listed_checkpoints(self.directory))
             raise failure from None
         self.saved_step = step
         if not self.chief:
