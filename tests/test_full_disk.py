@@ -83,7 +83,7 @@ def test_data_build_on_a_full_disk_writes_nothing_then_completes_once_space_is_f
     capsys.readouterr()
     assert build_script.main([*command, "--output-dir", str(output)]) == 1
     line = one_line(capsys.readouterr().err)
-    named = re.fullmatch(rf"error: no space left on the device for (\S+) \((\d+(\.\d)? (bytes|kB|MB)) free "
+    named = re.fullmatch(rf"error: no space left on the device for (\S+) \((\d+(\.\d)? (bytes|kB|MB|GB)) free "
                          rf"there\); nothing was written to {re.escape(str(output))}: free space and run the "
                          rf"same command again", line)
     assert named, line
