@@ -6,8 +6,8 @@ The lock is a `flock` on a lock file, which also records the holder (pid, host, 
 refusal's message. The kernel drops a `flock` when its process ends in any way, SIGKILL and reboots
 included, so a lock whose holder is gone is simply free again: the next run takes it over and says
 whose it was. A clean exit deletes the lock file. Reading (evaluation only, export) takes no lock.
-`flock` works across hosts only on file systems that pass it on (NFS v4 does); elsewhere the lock
-covers the processes of one machine.
+`flock` reaches other hosts only where the file system passes it on (Linux's NFS client does, as a
+whole-file POSIX lock: flock(2)); elsewhere the lock covers the processes of one machine.
 """
 
 import fcntl
@@ -23,7 +23,7 @@ from electra_tf.errors import DirectoryInUse, InputError
 
 
 class DirLock:
-    """`with DirLock(directory, lock_file, report):` holds the writer's lock of `directory`.
+    """`with DirLock(directory, lock_file, what):` holds the writer's lock of `directory`.
 
     `lock_file` is where the lock lives (inside `directory`, or beside it when the directory is
     replaced as a whole, as the data build's output is); `report` receives the one-line notice
