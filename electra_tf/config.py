@@ -129,7 +129,7 @@ class PretrainingConfig(HParams):
     init_checkpoint_reset_step: bool = True  # start at step 0 after loading init_checkpoint
     # Model
     model_size: str = "small"  # one of ARCHITECTURES
-    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)  # BertConfig fields
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict, metadata={"fields": BertConfig})
     embedding_size: Optional[int] = None  # None means the hidden size
     vocab_size: int = 30522
     do_lower_case: bool = True

@@ -65,7 +65,7 @@ class FinetuningConfig(HParams):
     task_names: List[str] = dataclasses.field(default_factory=lambda: ["chunk"])
     # the user's own tasks: {name: spec} (finetune.task_specs; docs/finetuning.md, "Your own tasks")
     tasks: dict = dataclasses.field(default_factory=dict)
-    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict, metadata={"fields": BertConfig})
     embedding_size: Optional[int] = None
     vocab_size: int = 30522
     do_lower_case: bool = True

@@ -26,6 +26,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 from official.nlp.tools import squad_evaluate_v1_1, squad_evaluate_v2_0
 
+from electra_tf import atomic_files
 from electra_tf.errors import InputError
 from finetune.squad import Example, QAFeatures
 
@@ -115,9 +116,8 @@ def output_paths(results_dir, tasks_key: str, task_name: str) -> Dict[str, Path]
 
 
 def write_json(path: Path, content) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-    return path
+    """Writes `content` as JSON, whole or not at all (a full disk leaves no half file)."""
+    return atomic_files.write_text(path, json.dumps(content, indent=2) + "\n")
 
 
 def evaluate_v1(dataset: list, predictions: Dict[str, str]) -> Dict[str, float]:
