@@ -235,13 +235,19 @@ def _fake_stage2(ctx: Context, unit: Unit, per_pass: float, pretrain_hours: floa
             "scores": {params["task"]: {name: value for name in TASK_METRICS[params["task"]]}}}
 
 
-def _real_stage2(tmp_path: Path, shared_data: Path, per_pass: float, pretrain_hours: float):
+def _real_stage2(tmp_path: Path, shared_data: Path, per_pass: float, pretrain_hours: float,
+                 frozen_budget: bool = False):
     """A replication at the real settings with stage 1's committed results and stage 2 faked
-    (`_fake_stage2`) until it is whole: (its Context, its results dir)."""
+    (`_fake_stage2`) until it is whole: (its Context, its results dir). With `frozen_budget`, stage
+    2's budget is the real one, frozen when it was planned (a later re-run of a stage-1 data unit,
+    as on a new machine, adds its time to stage 1 but never moves it)."""
     committed = REPO / "benchmarks" / "replication"
     results = tmp_path / "results"
     shutil.copytree(committed / "vocab", results / "vocab")
     shutil.copytree(committed / "units" / "s1", results / "units" / "s1")
+    if frozen_budget:
+        (results / "units" / "s2").mkdir(parents=True)
+        shutil.copyfile(committed / "units" / "s2" / "budget.json", results / "units" / "s2" / "budget.json")
     ctx = Context(REAL, tmp_path / "out", results, REPO, shared_data)
     for _ in range(5):
         plans = plan_all(ctx, last_stage=2)
@@ -305,7 +311,7 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     diagnostics RESULTS.md fixed on 2026-11-27: the schedule of stage 2's electra with one setting
     changed, the full-width generator at stage 2's FLOPs; final checkpoints fine-tuned, random init
     stage 2's. The report reads each run by the fixed rules (learns, transfers)."""
-    ctx, results = _real_stage2(tmp_path, shared_data, 0.0044, 3.1)
+    ctx, results = _real_stage2(tmp_path, shared_data, 0.0044, 3.1, frozen_budget=True)
     plans = plan_all(ctx)
     assert len(plans) == 4 and plans[2].runs == [] and plans[3].complete
     electra = plans[1].runs[0]
@@ -326,8 +332,14 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     untied = segments["s4/s4_untied_embeddings/pretrain/4520"].params["hparams"]
     assert untied["untied_generator_embeddings"] is True and "generator_hidden_size" not in untied
     assert segments["s4/s4_lr_5e-4/pretrain/4520"].params["hparams"]["learning_rate"] == 5e-4
-    trials = [u for u in stage4.units if u.kind == "finetune"]
-    assert len(trials) == 3 * 5 * 3 and not any("random" in u.id for u in trials)
+    trials = [u for u in stage4.units if u.kind == "finetune" and u.id.startswith("s4/")]
+    assert len(trials) == 3 * 6 * 3 and not any("random" in u.id for u in trials)  # chunk and the 5 GLUE tasks
+    # chunking as a reading (issue #42), first: stage 2's final models from their exports, and random init
+    readings = [u for u in stage4.units if u.kind == "finetune" and u.id.startswith("s2/")]
+    assert [u.id for u in readings[::3]] == ["s2/s2_electra/ft/4520/chunk/seed1", "s2/s2_bert/ft/5840/chunk/seed1",
+                                             "s2/random_learned/ft/chunk/seed1"]
+    assert stage4.units.index(readings[-1]) < min(stage4.units.index(u) for u in trials)
+    assert [u.needs for u in readings[::3]] == [("s2/export/electra",), ("s2/export/bert",), ()]
     # each run's final discriminator is exported (and committed), and its trials need the export, not
     # the checkpoint: a new machine starts them from the export instead of pretraining the run again
     exports = [u for u in stage4.units if u.kind == "export"]
@@ -383,7 +395,7 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
             ) in stage2_text
     assert "\n- one GPU: `python benchmarks/replicate_paper.py --output-dir DIR " in stage2_text
     lines = status(ctx)
-    assert "stage 3: not run" in lines and "stage 4: 72 done, 0 remaining" in lines
+    assert "stage 3: not run" in lines and "stage 4: 90 done, 0 remaining" in lines
     # the total: stages 1-3 are what the cap counts, stage 4 is outside it
     report = json.loads((results / "results.json").read_text())
     total, by_stage = report["total"], [sum(st["machine_seconds_by_cpu"].values()) for st in report["stages"]]
