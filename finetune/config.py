@@ -84,7 +84,11 @@ class FinetuningConfig(HParams):
     precision: str = "float32"
     # Evaluation, checkpoints, outputs
     evaluate_every_epoch: bool = True  # dev scores after each epoch
+    # dev scores every this many steps (and after the last) instead of after each epoch
+    eval_every_steps: Optional[int] = None
     keep_best_model: bool = False  # use (and keep) the epoch with the best dev score
+    # stop after this many evaluations without a better main dev score, keeping the best (None: off)
+    early_stopping_patience: Optional[int] = None
     write_test_outputs: bool = False  # GLUE-server TSVs in results/glue_test/, SQuAD 2.0's test answers
     n_writes_test: int = 5  # test predictions are considered for the first n trials
     # Sizing and inputs
@@ -178,6 +182,11 @@ class FinetuningConfig(HParams):
         """The tasks joined as the original names its files: `mrpc_sts`."""
         return "_".join(self.task_names)
 
+    @property
+    def keeps_best(self) -> bool:
+        """Whether a trial ends with its best evaluation's weights (keep_best_model, or early stopping)."""
+        return self.keep_best_model or self.early_stopping_patience is not None
+
     def model_dir(self, trial: int) -> str:
         return os.path.join(self.finetuning_models_dir, f"{self.tasks_key}_model_{trial}")
 
@@ -212,6 +221,11 @@ class FinetuningConfig(HParams):
                      "iterations_per_loop", "save_checkpoints_steps", "vocab_size"):
             _require(getattr(self, name) >= 1, f"{name} {getattr(self, name)} must be at least 1")
         _require(self.max_seq_length >= 5, f"max_seq_length {self.max_seq_length} must be at least 5")
+        for name in ("eval_every_steps", "early_stopping_patience"):
+            _require(getattr(self, name) is None or getattr(self, name) >= 1,
+                     f"{name} {getattr(self, name)} must be None or at least 1")
+        _require(self.early_stopping_patience is None or self.do_eval,
+                 "early_stopping_patience needs do_eval: it stops on the dev scores")
         _require(self.max_examples is None or self.max_examples >= 1,
                  f"max_examples {self.max_examples} must be None or at least 1")
         _require(self.learning_rate > 0, f"learning_rate {self.learning_rate} must be positive")

@@ -39,22 +39,17 @@ from electra_tf.training.train_step import make_train_step
 from finetune.config import FinetuningConfig
 from finetune.inputs import eval_batches, steps_per_epoch, train_batches
 from finetune.model import FinetuningModel
+from finetune.model_selection import ModelSelection, Scores, main_score
 from finetune.pretrained import load_encoder_weights
 from finetune.results import format_table, write_results
 from finetune.task import EvalSplit
 from finetune.task_data import TaskData, load_task_data, make_tokenizer
 
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
-BEST = "best"  # the best epoch's checkpoint (keep_best_model)
+BEST = "best"  # the best evaluation's checkpoint (keep_best_model, early_stopping_patience)
 INTERRUPTED = "interrupted"  # a trial stopped by a signal: its checkpoint, and `interrupted.json` (step, scores)
 RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
 TASK_CARDS = "task_cards.json"  # {task: Task.card()}: labels, tags, columns, for predicting later
-Scores = Dict[str, Dict[str, float]]
-
-
-def main_score(scores: Scores) -> float:
-    """The mean over tasks of each task's first metric (the one model selection uses)."""
-    return float(np.mean([next(iter(metrics.values())) for metrics in scores.values()]))
 
 
 class Trial:
@@ -141,7 +136,8 @@ class Trial:
         return tf.function(lambda batch: step_fn(batch), input_signature=[self.batch_spec])
 
     def train(self, interrupt: Interruption) -> Optional[Scores]:
-        """Trains; returns the dev scores of the final (or, with keep_best_model, best) epoch, if any.
+        """Trains; returns the dev scores of the final (or, with keep_best_model or early stopping, the
+        best) evaluation, if any.
 
         A signal `interrupt` received before the last step stops the trial with a checkpoint; one
         received during the last step is left to `run`, which stops after this trial."""
@@ -162,8 +158,9 @@ class Trial:
             self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab and the cards, what an export needs
             (self.model_dir / TASK_CARDS).write_text(json.dumps({t.name: t.card() for t in self.data.tasks}, indent=2))
             shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
-        state = resumed or {"step": 0, "scores": None, "best": -math.inf, "best_scores": None}
-        scores, best, best_scores, start = state["scores"], state["best"], state["best_scores"], state["step"]
+        state = resumed or {"step": 0, "scores": None}
+        scores, start = state["scores"], state["step"]
+        selection = ModelSelection(config.early_stopping_patience, state)
         loss_sum, logged = 0.0, start
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
                                 config.max_seq_length, self.make_batch, start=start, keep_partial=keep_partial)
@@ -178,23 +175,31 @@ class Trial:
                 loss_sum, logged = 0.0, step
             if step % config.save_checkpoints_steps == 0:
                 self.checkpoint.write(str(self.model_dir / FINETUNED))
-            if self.data.dev and (step == num_steps or (config.evaluate_every_epoch and step % per_epoch == 0)):
+            if self.data.dev and self._evaluates(step, num_steps, per_epoch):
                 scores = self.evaluate()
-                epoch = step / per_epoch
-                self.log(f"epoch {epoch:.2f} dev: " + "; ".join(
+                self.log(f"epoch {step / per_epoch:.2f} dev: " + "; ".join(
                     f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
-                if config.keep_best_model and main_score(scores) > best:
-                    best, best_scores = main_score(scores), scores
+                if selection.record(step, scores) and config.keeps_best:
                     self.checkpoint.write(str(self.model_dir / BEST))
+                if selection.stop and step < num_steps:
+                    self.log(f"early stopping at step {step}: {selection.stale} evaluations without a better "
+                             f"dev score than {selection.best:.2f} (step {selection.best_step})")
+                    break
             if interrupt.requested and step < num_steps:
-                saved = self._save_interrupted(dict(step=step, scores=scores, best=best, best_scores=best_scores))
+                saved = self._save_interrupted(dict(step=step, scores=scores, **selection.state()))
                 raise interrupt.stop(step, saved)
-        if config.keep_best_model and self.data.dev:
+        if config.keeps_best and self.data.dev:
             self.checkpoint.read(str(self.model_dir / BEST)).assert_existing_objects_matched()
-            self.log(f"kept the best epoch (dev score {best:.2f})")
-            scores = best_scores
+            self.log(f"kept the best evaluation (step {selection.best_step}, dev score {selection.best:.2f})")
+            scores = selection.best_scores
         self.checkpoint.write(str(self.model_dir / FINETUNED))
         return scores
+
+    def _evaluates(self, step: int, num_steps: int, per_epoch: int) -> bool:
+        """Whether dev is scored after `step`: every eval_every_steps steps if set, else every epoch
+        (evaluate_every_epoch), and after the last step either way."""
+        every = self.config.eval_every_steps or (per_epoch if self.config.evaluate_every_epoch else None)
+        return step == num_steps or (every is not None and step % every == 0)
 
     def _training_state(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(finetuning_model=self.model, optimizer=self.optimizer)

@@ -55,6 +55,14 @@ def set_precision(policy: str) -> None:
     tf_keras.mixed_precision.set_global_policy(policy)
 
 
+def with_loss_scaling(optimizer, policy: str):
+    """Under mixed_float16, `optimizer` in a LossScaleOptimizer (dynamic loss scaling: float16
+    gradients would underflow without it; `make_train_step` scales and unscales); else itself."""
+    if policy == "mixed_float16":
+        return tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
 @contextlib.contextmanager
 def precision_scope(policy: str):
     """`set_precision(policy)` for the layers built within the block, the previous global policy
