@@ -1,10 +1,13 @@
 """Fine-tuning runs: `num_trials` trials from the same pretrained encoder, scored on dev, aggregated.
 
 Each trial (seed `seed + trial - 1`) builds a fresh model (its layers computing in `precision`,
-float32 or bfloat16, with float32 variables either way), loads the pretrained `electra/*`
-weights (or keeps random ones with `random_init`), trains with the original's optimizer (AdamW
-without bias correction, layer-wise LR decay, 10 % warmup, linear decay, clip 1.0) through the
-shared `electra_tf.training.train_step.make_train_step`, evaluates every epoch, saves its model
+float32, bfloat16 or float16 with dynamic loss scaling, with float32 variables either way), loads
+the pretrained `electra/*` weights (or keeps random ones with `random_init`), trains with the
+original's optimizer (AdamW without bias correction, layer-wise LR decay, 10 % warmup, linear
+decay, clip 1.0) through the shared `electra_tf.training.train_step.make_train_step`, evaluates
+every epoch or `eval_every_steps` (stopping early after `early_stopping_patience` evaluations
+without a better score; `finetune.model_selection`), writes TensorBoard events (`tensorboard/`
+in its model dir, with the shared `electra_tf.training.reporting.Reporter`), saves its model
 to `finetuning_models/<tasks>_model_<trial>/finetuned` (beside the run's config and vocab, which
 `finetune.saved_model` exports from), and optionally writes GLUE-server test files from the trial
 with the best dev score so far. Results are rewritten after every trial.
@@ -31,10 +34,11 @@ import tensorflow as tf
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.errors import InputError
-from electra_tf.optimization import create_optimizer, create_slots
+from electra_tf.optimization import create_optimizer, create_slots, current_learning_rate
 from electra_tf.progress import Progress
-from electra_tf.training.distribution import precision_scope, set_determinism
+from electra_tf.training.distribution import precision_scope, set_determinism, with_loss_scaling
 from electra_tf.training.interruption import Interruption
+from electra_tf.training.reporting import GradientNorm, Reporter
 from electra_tf.training.train_step import make_train_step
 from finetune.config import FinetuningConfig
 from finetune.inputs import eval_batches, steps_per_epoch, train_batches
@@ -49,6 +53,7 @@ FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model 
 BEST = "best"  # the best evaluation's checkpoint (keep_best_model, early_stopping_patience)
 INTERRUPTED = "interrupted"  # a trial stopped by a signal: its checkpoint, and `interrupted.json` (step, scores)
 RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
+TENSORBOARD = "tensorboard"  # a trial's TensorBoard events: tensorboard/{train,eval} in its model dir
 TASK_CARDS = "task_cards.json"  # {task: Task.card()}: labels, tags, columns, for predicting later
 
 
@@ -126,13 +131,15 @@ class Trial:
                                      layerwise_lr_decay_power=config.layerwise_lr_decay,
                                      fixed_layerwise_decay=config.fixed_layerwise_decay,
                                      n_transformer_layers=self.model.encoder_config.num_hidden_layers)
+        optimizer = with_loss_scaling(optimizer, config.precision)  # mixed_float16: dynamic loss scaling
 
         def loss_fn(model, batch, seed):
             outputs = model(batch, training=True)
             return model.loss(batch, outputs, config.loss_reduction), outputs
 
         self.optimizer = optimizer
-        step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn)
+        self.gradient_norm = GradientNorm()
+        step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn, on_gradients=self.gradient_norm.record)
         return tf.function(lambda batch: step_fn(batch), input_signature=[self.batch_spec])
 
     def train(self, interrupt: Interruption) -> Optional[Scores]:
@@ -153,47 +160,68 @@ class Trial:
         resumed = self._resume_state()
         create_slots(self.optimizer, self.model.trainable_variables)  # after the read, on purpose: one trace
         if resumed is None:
-            shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
-            self.model_dir.mkdir(parents=True)
-            self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab and the cards, what an export needs
-            (self.model_dir / TASK_CARDS).write_text(json.dumps({t.name: t.card() for t in self.data.tasks}, indent=2))
-            shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
+            self._start_model_dir()
         state = resumed or {"step": 0, "scores": None}
         scores, start = state["scores"], state["step"]
         selection = ModelSelection(config.early_stopping_patience, state)
         loss_sum, logged = 0.0, start
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
                                 config.max_seq_length, self.make_batch, start=start, keep_partial=keep_partial)
-        for step, batch in enumerate(batches, start=start + 1):
-            loss = float(train_step(batch))
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
-            loss_sum += loss
-            progress.done = step
-            if step % config.iterations_per_loop == 0 or step == num_steps:
-                self.log(f"{progress.line()} loss {loss_sum / (step - logged):.4f}")
-                loss_sum, logged = 0.0, step
-            if step % config.save_checkpoints_steps == 0:
-                self.checkpoint.write(str(self.model_dir / FINETUNED))
-            if self.data.dev and self._evaluates(step, num_steps, per_epoch):
-                scores = self.evaluate()
-                self.log(f"epoch {step / per_epoch:.2f} dev: " + "; ".join(
-                    f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
-                if selection.record(step, scores) and config.keeps_best:
-                    self.checkpoint.write(str(self.model_dir / BEST))
-                if selection.stop and step < num_steps:
-                    self.log(f"early stopping at step {step}: {selection.stale} evaluations without a better "
-                             f"dev score than {selection.best:.2f} (step {selection.best_step})")
-                    break
-            if interrupt.requested and step < num_steps:
-                saved = self._save_interrupted(dict(step=step, scores=scores, **selection.state()))
-                raise interrupt.stop(step, saved)
+        with Reporter(self.model_dir / TENSORBOARD, num_steps, config.train_batch_size, True, self.stream) as reporter:
+            reporter.start(start)
+            for step, batch in enumerate(batches, start=start + 1):
+                loss = float(train_step(batch))
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
+                loss_sum += loss
+                progress.done = step
+                if step % config.iterations_per_loop == 0 or step == num_steps:
+                    self._report_training(reporter, progress, step, loss_sum / (step - logged))
+                    loss_sum, logged = 0.0, step
+                if step % config.save_checkpoints_steps == 0:
+                    self.checkpoint.write(str(self.model_dir / FINETUNED))
+                if self.data.dev and self._evaluates(step, num_steps, per_epoch):
+                    scores = self.evaluate()
+                    self.log(f"epoch {step / per_epoch:.2f} dev: " + "; ".join(
+                        f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
+                    reporter.scalars("eval", step, {f"{task}/{name}": value for task, metrics in scores.items()
+                                                    for name, value in metrics.items()})
+                    if selection.record(step, scores) and config.keeps_best:
+                        self.checkpoint.write(str(self.model_dir / BEST))
+                    if selection.stop and step < num_steps:
+                        self.log(f"early stopping at step {step}: {selection.stale} evaluations without a better "
+                                 f"dev score than {selection.best:.2f} (step {selection.best_step})")
+                        break
+                if interrupt.requested and step < num_steps:
+                    saved = self._save_interrupted(dict(step=step, scores=scores, **selection.state()))
+                    raise interrupt.stop(step, saved)
         if config.keeps_best and self.data.dev:
             self.checkpoint.read(str(self.model_dir / BEST)).assert_existing_objects_matched()
             self.log(f"kept the best evaluation (step {selection.best_step}, dev score {selection.best:.2f})")
             scores = selection.best_scores
         self.checkpoint.write(str(self.model_dir / FINETUNED))
         return scores
+
+    def _start_model_dir(self) -> None:
+        """A fresh model dir (wiped, as the original) with what an export needs: config, cards, vocab."""
+        shutil.rmtree(self.model_dir, ignore_errors=True)
+        self.model_dir.mkdir(parents=True)
+        self.config.save(self.model_dir / RUN_CONFIG)
+        (self.model_dir / TASK_CARDS).write_text(json.dumps({t.name: t.card() for t in self.data.tasks}, indent=2))
+        shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
+
+    def _report_training(self, reporter: Reporter, progress: Progress, step: int, loss: float) -> None:
+        """The progress line and the TensorBoard `train` scalars of the steps since the last report:
+        mean loss, the next step's learning rate, mean gradient norm, examples/s and, under
+        mixed_float16, the loss scale."""
+        values = {"loss": loss, "learning_rate": float(current_learning_rate(self.optimizer)),
+                  **self.gradient_norm.take(), "examples_per_second": reporter.throughput(step)}
+        line = f"{progress.line()} loss {loss:.4f}"
+        if self.config.precision == "mixed_float16":
+            values["loss_scale"] = float(self.optimizer.loss_scale)
+            line += f" loss scale {values['loss_scale']:g}"
+        self.log(line)
+        reporter.scalars("train", step, values)
 
     def _evaluates(self, step: int, num_steps: int, per_epoch: int) -> bool:
         """Whether dev is scored after `step`: every eval_every_steps steps if set, else every epoch

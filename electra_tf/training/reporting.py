@@ -87,6 +87,12 @@ class Reporter:
         for writer in self.writers.values():
             writer.close()
 
+    def __enter__(self) -> "Reporter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def scalars(self, split: str, step: int, values: Dict[str, float]) -> None:
         with self.writers[split].as_default():
             for name, value in values.items():
