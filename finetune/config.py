@@ -18,7 +18,7 @@ import dataclasses
 import os
 from typing import List, Optional
 
-from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, UNSCALED_PRECISIONS
+from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
@@ -80,7 +80,8 @@ class FinetuningConfig(HParams):
     use_tfrecords_if_existing: bool = True
     loss_reduction: str = "sum"  # "sum" over the batch as the original, or "mean"
     seed: int = 1234
-    # "mixed_bfloat16": bfloat16 compute, float32 variables, losses and outputs (docs/finetuning.md)
+    # "mixed_bfloat16": bfloat16 compute, float32 variables, losses and outputs (docs/finetuning.md);
+    # "mixed_float16": float16 compute the same way, with dynamic loss scaling
     precision: str = "float32"
     # Evaluation, checkpoints, outputs
     evaluate_every_epoch: bool = True  # dev scores after each epoch
@@ -209,8 +210,8 @@ class FinetuningConfig(HParams):
         _require(self.recipe in RECIPES, f"recipe {self.recipe!r} is not one of: {', '.join(RECIPES)}")
         _require(self.loss_reduction in LOSS_REDUCTIONS,
                  f"loss_reduction {self.loss_reduction!r} is not one of: {', '.join(LOSS_REDUCTIONS)}")
-        _require(self.precision in UNSCALED_PRECISIONS,
-                 f"precision {self.precision!r} is not one of: {', '.join(UNSCALED_PRECISIONS)}")
+        _require(self.precision in PRECISIONS,
+                 f"precision {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         _require(len(set(self.task_names)) == len(self.task_names),
                  f"task_names {self.task_names} names a task twice")
         _require(self.do_train or self.do_eval or self.write_test_outputs,
