@@ -12,6 +12,12 @@ to `finetuning_models/<tasks>_model_<trial>/finetuned` (beside the run's config 
 `finetune.saved_model` exports from), and optionally writes GLUE-server test files from the trial
 with the best dev score so far. Results are rewritten after every trial.
 
+Under a tf.distribute `strategy` (the run's `config.strategy`, made by the shared
+`electra_tf.training.distribution.create_strategy`), model, optimizer and steps are built in its
+scope; each global batch is split into contiguous rows over the replicas, each replica's loss is
+its rows' sum, and the optimizer sums the replicas' gradients: one device's step. Prediction
+splits batches the same way and gathers the outputs back in order.
+
 SIGTERM or SIGINT stops a trial at the next step with a checkpoint of its model, optimizer and step
 (`interrupted`, with `interrupted.json`) in its model dir; running the same command again skips
 the finished trials (their scores are in the results file) and resumes that trial at that step.
@@ -36,7 +42,8 @@ from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer, create_slots, current_learning_rate
 from electra_tf.progress import Progress
-from electra_tf.training.distribution import precision_scope, set_determinism, with_loss_scaling
+from electra_tf.training.distribution import (create_strategy, distribute_rows, gather_rows, precision_scope,
+                                              set_determinism, with_loss_scaling)
 from electra_tf.training.interruption import Interruption
 from electra_tf.training.reporting import GradientNorm, Reporter
 from electra_tf.training.train_step import make_train_step
@@ -60,17 +67,20 @@ TASK_CARDS = "task_cards.json"  # {task: Task.card()}: labels, tags, columns, fo
 class Trial:
     """One fine-tuning run: model, optimizer and compiled train / predict steps."""
 
-    def __init__(self, config: FinetuningConfig, data: TaskData, trial: int, stream):
+    def __init__(self, config: FinetuningConfig, data: TaskData, trial: int, stream,
+                 strategy: Optional[tf.distribute.Strategy] = None):
+        """`strategy`: the run's (`config.strategy`); None is TF's default, one device undistributed."""
         self.config, self.data, self.trial, self.stream = config, data, trial, stream
+        self.strategy = strategy or tf.distribute.get_strategy()
         set_determinism(config.seed + trial - 1, deterministic=False)
         self.rng = np.random.default_rng(config.seed + trial - 1)
-        with precision_scope(config.precision):  # its layers keep the policy; variables stay float32
+        with self.strategy.scope(), precision_scope(config.precision):  # variables stay float32
             self.model = FinetuningModel(config.encoder_config(), data.tasks, config)
         self.model_dir = Path(config.model_dir(trial))
         self.checkpoint = tf.train.Checkpoint(finetuning_model=self.model)
         self.batch_spec = data.batch_spec  # every task's keys: every head reads every batch
         self.make_batch = data.train_batch
-        self.predict_step = tf.function(self._predict, input_signature=[self.batch_spec])
+        self.predict_step = tf.function(self._distributed_predict, input_signature=[self.batch_spec])
 
     def initialise(self) -> None:
         """The pretrained encoder (or a fine-tuned model to evaluate), unless random_init."""
@@ -96,6 +106,11 @@ class Trial:
         losses = {task.name: head.per_example_loss(outputs[task.name], batch)
                   for task, head in zip(self.model.tasks, self.model.heads)}
         return self.model.predictions(outputs), losses
+
+    def _distributed_predict(self, batch):
+        """`_predict` on each replica's rows of the batch, gathered back into the batch's order."""
+        per_replica = self.strategy.run(self._predict, args=(distribute_rows(self.strategy, batch),))
+        return gather_rows(self.strategy, per_replica)
 
     def predict(self, split: EvalSplit):
         """(predictions, per-example losses) of a split, in example (feature) order; the predictions
@@ -125,22 +140,33 @@ class Trial:
     def compile_train_step(self, num_steps: int):
         """`train_step(batch) -> loss`: the original's optimizer for `num_steps` steps and the shared
         training step, compiled once for any batch and sequence length."""
-        config = self.config
-        optimizer = create_optimizer(config.learning_rate, num_steps, weight_decay_rate=config.weight_decay_rate,
-                                     warmup_proportion=config.warmup_proportion,
-                                     layerwise_lr_decay_power=config.layerwise_lr_decay,
-                                     fixed_layerwise_decay=config.fixed_layerwise_decay,
-                                     n_transformer_layers=self.model.encoder_config.num_hidden_layers)
-        optimizer = with_loss_scaling(optimizer, config.precision)  # mixed_float16: dynamic loss scaling
+        config, strategy = self.config, self.strategy
+        with strategy.scope():
+            optimizer = create_optimizer(config.learning_rate, num_steps, weight_decay_rate=config.weight_decay_rate,
+                                         warmup_proportion=config.warmup_proportion,
+                                         layerwise_lr_decay_power=config.layerwise_lr_decay,
+                                         fixed_layerwise_decay=config.fixed_layerwise_decay,
+                                         n_transformer_layers=self.model.encoder_config.num_hidden_layers)
+            self.optimizer = with_loss_scaling(optimizer, config.precision)  # mixed_float16: dynamic loss scaling
+            self.gradient_norm = GradientNorm()
 
         def loss_fn(model, batch, seed):
+            """This replica's rows' summed loss (or their share of the global batch's mean): the
+            optimizer sums the replicas' gradients, so N replicas take one device's step."""
             outputs = model(batch, training=True)
-            return model.loss(batch, outputs, config.loss_reduction), outputs
+            loss = model.loss(batch, outputs)  # []
+            if config.loss_reduction == "mean":
+                rows = tf.cast(tf.shape(batch["task_id"])[0], tf.float32)
+                loss /= tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, rows)
+            return loss, outputs
 
-        self.optimizer = optimizer
-        self.gradient_norm = GradientNorm()
-        step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn, on_gradients=self.gradient_norm.record)
-        return tf.function(lambda batch: step_fn(batch), input_signature=[self.batch_spec])
+        step_fn = make_train_step(self.model, self.optimizer, loss_fn=loss_fn, on_gradients=self.gradient_norm.record)
+
+        def train_step(batch):
+            losses = strategy.run(step_fn, args=(distribute_rows(strategy, batch),))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)  # the global batch's loss
+
+        return tf.function(train_step, input_signature=[self.batch_spec])
 
     def train(self, interrupt: Interruption) -> Optional[Scores]:
         """Trains; returns the dev scores of the final (or, with keep_best_model or early stopping, the
@@ -158,7 +184,8 @@ class Trial:
         train_step = self.compile_train_step(num_steps)
         progress = Progress(num_steps, "train", " steps", stream=self.stream)
         resumed = self._resume_state()
-        create_slots(self.optimizer, self.model.trainable_variables)  # after the read, on purpose: one trace
+        with self.strategy.scope():  # after the read, on purpose: one trace
+            create_slots(self.optimizer, self.model.trainable_variables)
         if resumed is None:
             self._start_model_dir()
         state = resumed or {"step": 0, "scores": None}
@@ -267,12 +294,13 @@ class Trial:
 def run(config: FinetuningConfig, stream=None) -> dict:
     """Every trial of the config; returns the results document (also written to results_dir)."""
     stream = stream or sys.stdout
+    strategy = create_strategy(config.strategy) if config.strategy else None
     data = load_task_data(config, make_tokenizer(config))
     first, trials, extra = _finished_trials(config, stream)
     best_test = main_score(trials[extra["test_predictions"]["trial"] - 1]) if "test_predictions" in extra else -math.inf
     with Interruption(stream) as interrupt:
         for number in range(first, config.num_trials + 1):
-            trial = Trial(config, data, number, stream)
+            trial = Trial(config, data, number, stream, strategy)
             trial.initialise()
             scores = trial.train(interrupt) if config.do_train else None
             if scores is None and data.dev:
