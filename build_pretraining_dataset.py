@@ -6,8 +6,7 @@ Flags follow the original release's script; docs/data.md describes the record fo
 import argparse
 import sys
 
-from electra_tf.cli import add_casing_flags, quiet_tensorflow_logs, script_parser
-from electra_tf.errors import InputError
+from electra_tf.cli import add_casing_flags, exit_code, quiet_tensorflow_logs, script_parser
 
 EXAMPLE = ("python build_pretraining_dataset.py --corpus-dir corpus/ --vocab-file data/vocab.txt "
            "--output-dir data/pretrain_tfrecords --eval-fraction 0.01")
@@ -48,19 +47,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     quiet_tensorflow_logs()
     from pretrain_data.build import BuildOptions, build_pretraining_dataset, invalid_utf8_summary
-    try:
+
+    def job():
         stats = build_pretraining_dataset(BuildOptions(**vars(args)))
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    train = stats["train"]
-    print(f"wrote {train['examples']:,} examples ({train['tokens']:,} tokens) in {stats['num_out_files']} "
-          f"shards to {args.output_dir}; eval examples: {stats['eval']['examples']:,}; "
-          f"{stats['megabytes_per_second']:.2f} MB/s; statistics in stats.json")
-    utf8 = invalid_utf8_summary(stats)
-    if utf8:
-        print(utf8)
-    return 0
+        train = stats["train"]
+        print(f"wrote {train['examples']:,} examples ({train['tokens']:,} tokens) in {stats['num_out_files']} "
+              f"shards to {args.output_dir}; eval examples: {stats['eval']['examples']:,}; "
+              f"{stats['megabytes_per_second']:.2f} MB/s; statistics in stats.json")
+        utf8 = invalid_utf8_summary(stats)
+        if utf8:
+            print(utf8)
+
+    return exit_code(job)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,7 @@ See pretrain_data/vocab_learning.py and docs/data.md.
 import argparse
 import sys
 
-from electra_tf.cli import add_casing_flags, quiet_tensorflow_logs, script_parser
-from electra_tf.errors import InputError
+from electra_tf.cli import add_casing_flags, exit_code, quiet_tensorflow_logs, script_parser
 
 EXAMPLE = "python build_vocab.py --corpus-dir corpus/ --output data/vocab.txt --vocab-size 30522"
 
@@ -49,16 +48,15 @@ def main(argv=None) -> int:
     options = vars(args)
     corpus_dir = options.pop("corpus_dir")
     options["corpus"] = [corpus_dir] if corpus_dir is not None else options["corpus"]
-    try:
+
+    def job():
         summary = build_vocab(VocabOptions(**options))
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"wrote {summary['vocab_size']:,} tokens to {args.output} ({summary['alphabet_size']} of {summary['characters_seen']} characters, "
-          f"subword count threshold {summary['threshold']:,}) from {summary['words']:,} words "
-          f"({summary['distinct_words']:,} distinct); [UNK] share of the corpus words: "
-          f"{100 * summary['unk_rate']:.3f}%; {summary['seconds']:.1f}s")
-    return 0
+        print(f"wrote {summary['vocab_size']:,} tokens to {args.output} ({summary['alphabet_size']} of "
+              f"{summary['characters_seen']} characters, subword count threshold {summary['threshold']:,}) from "
+              f"{summary['words']:,} words ({summary['distinct_words']:,} distinct); [UNK] share of the corpus "
+              f"words: {100 * summary['unk_rate']:.3f}%; {summary['seconds']:.1f}s")
+
+    return exit_code(job)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import HelpFormatter, quiet_tensorflow_logs, script_parser
+from electra_tf.cli import HelpFormatter, exit_code, quiet_tensorflow_logs, script_parser
 from electra_tf.errors import InputError
 
 # One example per subcommand, shown by its --help (the first also by the top-level --help).
@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     quiet_tensorflow_logs()
     from electra_tf.checkpoints import convert, saved_model
-    try:
+
+    def job():
         if args.command == "from-original":
             report = convert.from_original(args.checkpoint, args.output_dir, args.hparams, args.vocab_file,
                                            args.overwrite)
@@ -107,24 +108,22 @@ def main(argv=None) -> int:
                                                     args.precision)
                 outputs = ", ".join(server.serve.get_concrete_function().structured_outputs)
                 print(f"wrote {args.output_dir} (task {server.task.name}: {outputs} on raw text)")
-                return 0
+                return
             if args.task is not None:
                 raise InputError(f"--task: {args.model_dir} is a pretrained model dir (no fine-tuned model)")
             report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision,
                                                    args.step)
         elif args.command == "to-original":
             print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite, args.step)}")
-            return 0
+            return
         else:
             roles = convert.to_hf(args.model_dir, args.output_dir, args.overwrite, args.step, args.dtype)
             print("wrote " + ", ".join(f"{args.output_dir}/{role}" for role in roles))
-            return 0
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(report.summary())
-    print(f"wrote {args.output_dir}")
-    return 0
+            return
+        print(report.summary())
+        print(f"wrote {args.output_dir}")
+
+    return exit_code(job)
 
 
 if __name__ == "__main__":

@@ -75,13 +75,13 @@ def pretrain(data_dir: Path, vocab_size: int, args) -> None:
     """Steps 4-7: pretrain the tiny preset, show its curves and replaced token detection, sum up."""
     import shutil
 
-    from electra_tf.config import PretrainingConfig
+    from demo_support.curves import eval_curve_table, plot_training_curves, read_scalars
+    from demo_support.rtd_inspection import replaced_token_table
+    from demo_support.run_summary import summarize_run
+    from electra_tf.config import PretrainingConfig, has_rtd_loss
     from electra_tf.hparams import load_hparams
-    from electra_tf.rtd_inspection import replaced_token_table
     from electra_tf.tokenization import load_vocab
     from electra_tf.training import pretraining_runner
-    from electra_tf.training.curves import eval_curve_table, plot_training_curves, read_scalars
-    from electra_tf.training.run_summary import summarize_run
     from pretrain_data.inspection import held_out_example
     from pretrain_data.input_pipeline import pretraining_dataset_fns
 
@@ -97,7 +97,7 @@ def pretrain(data_dir: Path, vocab_size: int, args) -> None:
     if not (config.do_eval and config.eval_every_steps):
         raise InputError("--hparams do_eval false or eval_every_steps 0: the demo reports the held-out "
                          "learning curve, so it needs both")
-    if config.objective not in ("electra", "electra_15"):
+    if not has_rtd_loss(config.objective):
         raise InputError(f"--hparams objective {config.objective!r}: the demo shows replaced token "
                          "detection, so it needs objective \"electra\" or \"electra_15\"")
     shutil.rmtree(model_dir, ignore_errors=True)  # the demo trains afresh every time

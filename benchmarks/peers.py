@@ -184,10 +184,10 @@ class Worker:
             self.log.close()
 
 
-def pair_groups(variants: List[str]) -> List[List[str]]:
-    """("ours", peer) for every other variant, or each variant alone when "ours" is not among them."""
-    peers = [v for v in variants if v != "ours"]
-    return [["ours", peer] for peer in peers] if "ours" in variants and peers else [[v] for v in variants]
+def pair_groups(variants: List[str], base: str = "ours") -> List[List[str]]:
+    """(base, peer) for every other variant, or each variant alone when `base` is not among them."""
+    peers = [v for v in variants if v != base]
+    return [[base, peer] for peer in peers] if base in variants and peers else [[v] for v in variants]
 
 
 def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: int, label: str,

@@ -9,17 +9,18 @@ Matching curves point to the regime; a clearly faster peer points to a defect on
 - `--objective bert` (the replication's pilots): HF transformers' `ElectraForMaskedLM`.
 - `--objective electra` (stage 2's `s2_electra`): HF's `ElectraForMaskedLM` as the generator
   (1/4 of the width: 64 wide, 1 head, FFN 256) and `ElectraForPreTraining` as the discriminator,
-  sharing one embedding module (word, position and segment tables and their LayerNorm, §6.3) and
+  sharing one embedding module (word, position and segment tables and their LayerNorm, docs/fidelity.md#tying) and
   the generator's output matrix; Gumbel-max samples (temperature 1, no gradient) written into every
   used slot; labels "sampled != original"; loss MLM + 50 x the discriminator's token-mean sigmoid
-  cross-entropy over the real tokens (§5.2-5.4).
+  cross-entropy over the real tokens (docs/fidelity.md#sampling, docs/fidelity.md#losses).
 
-Both use the masking written here from the original's spec (§5.1: 15 % of the real non-special
-tokens, 19 slots, 85 % of the used slots [MASK], the rest kept; positions drawn without
-replacement, as the replication's runs pin `mask_with_replacement: false`, or with
-`--with-replacement` as the original and our default) and the original's optimizer (§7: AdamW
-without bias correction, decay off LayerNorm and biases, global-norm clipping at 1.0, linear decay
-from step 0 to 0 at the run's full step count times a linear warm-up factor).
+Both use the masking written here from the original's behaviour (docs/fidelity.md#masking: 15 % of
+the real non-special tokens, 19 slots, 85 % of the used slots [MASK], the rest kept; positions
+drawn without replacement, as the replication's runs pin `mask_with_replacement: false`, or with
+`--with-replacement` as the original and our default) and the original's optimizer
+(docs/fidelity.md#optimizer-and-schedule: AdamW without bias correction, decay off LayerNorm and
+biases, global-norm clipping at 1.0, linear decay from step 0 to 0 at the run's full step count
+times a linear warm-up factor).
 
     .venv/bin/python benchmarks/pretrain_peer_curve.py --data-dir /work/replication/data/learned_seq128 \
         --ours-log /work/replication/logs/stage1.log --ours-run s1/pilot_a [--steps 300]
@@ -38,7 +39,7 @@ Differences from our run that remain:
   of per-example means, which differs little on packed rows;
 - the discriminator's AUC here is exact over the window's real tokens; ours bins it at 200 thresholds;
 - with `--with-replacement`, a position two slots drew gets the later slot's sample, where the
-  original writes floor((a + b) / 2) (§5.1's quirk).
+  original writes floor((a + b) / 2) (docs/fidelity.md#masking).
 """
 
 import argparse
@@ -56,8 +57,8 @@ sys.path.insert(0, str(REPO))
 
 from electra_tf.cli import script_parser  # noqa: E402
 
-SLOTS, MASK_PROB, MASK_FRACTION = 19, 0.15, 0.85  # §3: int((0.15 + 0.005) * 128); §5.1
-BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01  # §7
+SLOTS, MASK_PROB, MASK_FRACTION = 19, 0.15, 0.85  # docs/fidelity.md#pretraining-config, docs/fidelity.md#masking
+BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01  # docs/fidelity.md#optimizer-and-schedule
 
 
 def read_batches(pattern: str, batch: int, seed: int):
@@ -75,7 +76,8 @@ def read_batches(pattern: str, batch: int, seed: int):
 
 
 def mask(batch, vocab, rng, with_replacement=False):
-    """The original's dynamic masking (§5.1), in numpy: masked ids, slot positions, targets, weights.
+    """The original's dynamic masking (docs/fidelity.md#masking), in numpy: masked ids, slot positions,
+    targets, weights.
     Only the used slots (weight 1) can become [MASK]; the original points the others at position 0,
     which its scatter ignores. Without replacement, a row's used slots are distinct positions."""
     ids, input_mask = batch["input_ids"], batch["input_mask"]
@@ -108,7 +110,7 @@ def slot_logits(model, batch, masked, positions):
 
 
 def slot_loss(logits, targets, weights):
-    """Weighted mean NLL over the slots (duplicates count twice, §5.4) and the weighted accuracy."""
+    """Weighted mean NLL over the slots (duplicates count twice, docs/fidelity.md#losses) and the weighted accuracy."""
     import torch
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), torch.from_numpy(targets), reduction="none")
     w = torch.from_numpy(weights)
@@ -117,14 +119,15 @@ def slot_loss(logits, targets, weights):
 
 
 def gumbel_max(logits, generator):
-    """§5.2's sample at temperature 1: argmax(logits + g), g = -log(-log(u + 1e-9) + 1e-9), no gradient."""
+    """The original's sample (docs/fidelity.md#sampling) at temperature 1: argmax(logits + g),
+    g = -log(-log(u + 1e-9) + 1e-9), no gradient."""
     import torch
     u = torch.rand(logits.shape, generator=generator)
     return (logits.detach() - torch.log(-torch.log(u + 1e-9) + 1e-9)).argmax(-1)
 
 
 def fake_input(ids, positions, weights, sampled):
-    """The discriminator's input and labels (§5.2): the original ids with the sample written into
+    """The discriminator's input and labels (docs/fidelity.md#sampling): the original ids with the sample written into
     every used slot (the kept 15 % too); label 1 where the written id differs from the original."""
     fake = ids.copy()
     rows, slots = np.nonzero(weights > 0)
@@ -133,7 +136,7 @@ def fake_input(ids, positions, weights, sampled):
 
 
 def disc_loss(logits, labels, input_mask):
-    """§5.4: sigmoid cross-entropy summed over every real token, over (1e-6 + their count)."""
+    """docs/fidelity.md#losses: sigmoid cross-entropy summed over every real token, over (1e-6 + their count)."""
     import torch
     mask = torch.from_numpy(input_mask).to(logits.dtype)
     per_token = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(labels),
@@ -153,7 +156,8 @@ def roc_auc(scores, labels) -> float:
 
 
 def learning_rate(step: int, peak: float, warmup: int, total: int) -> float:
-    """The original's schedule (§7): linear decay from step 0 to 0 at `total`, times min(1, step / warmup)."""
+    """The original's schedule (docs/fidelity.md#optimizer-and-schedule): linear decay from step 0 to 0
+    at `total`, times min(1, step / warmup)."""
     return peak * (1.0 - min(step, total) / total) * (min(1.0, step / warmup) if warmup else 1.0)
 
 
@@ -203,7 +207,7 @@ def build_models(objective: str, vocab_size: int):
     for `bert` the generator is the full-width MLM and there is no discriminator."""
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
-    def config(hidden):  # §3: heads max(1, hidden // 64), FFN 4 x hidden
+    def config(hidden):  # docs/fidelity.md#model-sizes: heads max(1, hidden // 64), FFN 4 x hidden
         return ElectraConfig(vocab_size=vocab_size, embedding_size=128, hidden_size=hidden, num_hidden_layers=4,
                              num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
                              max_position_embeddings=512, hidden_act="gelu", layer_norm_eps=1e-12)
@@ -211,7 +215,8 @@ def build_models(objective: str, vocab_size: int):
         return ElectraForMaskedLM(config(256)).train(), None
     discriminator = ElectraForPreTraining(config(256)).train()
     generator = ElectraForMaskedLM(config(64)).train()  # generator_hidden_size 0.25
-    generator.electra.embeddings = discriminator.electra.embeddings  # §6.3: one `electra/embeddings` scope
+    # docs/fidelity.md#tying: one `electra/embeddings` scope
+    generator.electra.embeddings = discriminator.electra.embeddings
     generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
     return generator, discriminator
 
@@ -249,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-DISC_WEIGHT = 50.0  # §5.4: 1 x MLM + 50 x disc
+DISC_WEIGHT = 50.0  # docs/fidelity.md#losses: 1 x MLM + 50 x disc
 METRICS = {"bert": ("masked_lm_loss", "masked_lm_accuracy"),
            "electra": ("masked_lm_loss", "masked_lm_accuracy", "disc_loss", "disc_auc")}
 

@@ -22,7 +22,9 @@ start to the first answer: imports, loading, the first call) and peak resident m
     .venv/bin/python benchmarks/serving.py [--model-dir TRIAL_DIR] [--requests 200] [--batches 20] [--pause 0.3]
         [--variants ours,hf,hf_passive] [--quick]
 
-`--variants ours,ours_bf16` compares the float32 and the bf16 SavedModel of the same weights.
+`--variants ours_predict,hf --base ours_predict` measures `predict.py`'s path instead (issue #43:
+`finetune.predicting.Predictor` on the trial dir, plain-text rows, dynamic padding, JSON rows
+out) against HF's pipeline. `--variants ours,ours_bf16` compares the float32 and the bf16 SavedModel of the same weights.
 `--intra-op-threads 1` serves ours with one intra-op thread (TF_NUM_INTRAOP_THREADS, as TF Serving's
 `--tensorflow_intra_op_parallelism`): on 2 cores a batch-1 request's small matmuls lose more to
 splitting than they gain.
@@ -47,9 +49,10 @@ from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_gro
 
 DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
 SHIFT = 16.0  # GELU(x + SHIFT) == x + SHIFT in float32 for x > -10
-VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16")
+VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16", "ours_predict")
 LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive",
-          "ours_no_onednn": "ours, oneDNN off", "ours_bf16": "ours, bf16 SavedModel"}
+          "ours_no_onednn": "ours, oneDNN off", "ours_bf16": "ours, bf16 SavedModel",
+          "ours_predict": "ours, predict.py's Predictor"}
 EXPORTS = {"float32": "saved_model", "mixed_bfloat16": "saved_model_bf16"}  # precision -> dir under the work dir
 AGREEMENT_ROWS = 128  # dev sentences whose labels the two servers must agree on
 
@@ -114,6 +117,7 @@ def prepare(args, work: Path) -> Path:
             subprocess.run([sys.executable, "convert_checkpoint.py", "saved-model", "--model-dir", str(trial),
                             "--output-dir", str(work / directory), "--precision", precision],
                            cwd=REPO, check=True, env=worker_env())
+    (work / "trial_dir.txt").write_text(str(trial.resolve()))  # for the ours_predict worker
     if not (work / "hf").exists():
         subprocess.run([sys.executable, __file__, "--worker", "export_hf", "--model-dir", str(trial),
                         "--export", str(work / "hf")], cwd=REPO, check=True, env=worker_env())
@@ -137,6 +141,19 @@ def build_ours(export: Path, precision: str):
     return predict
 
 
+def build_predict(trial_dir: Path):
+    """predict(texts) -> [(label, its probability)] through predict.py's Predictor on the trial dir."""
+    from finetune.glue import Example
+    from finetune.predicting import Predictor
+    predictor = Predictor(trial_dir)
+
+    def predict(texts):
+        rows = predictor.rows([(None, Example(i, text, None, None)) for i, text in enumerate(texts)])
+        return [(row["label"], max(row["probabilities"].values())) for row in rows]
+
+    return predict
+
+
 def build_hf(export: Path):
     from transformers import pipeline
     classify = pipeline("text-classification", model=str(export / "hf"), device=-1)
@@ -148,7 +165,9 @@ def serve_variant(args) -> None:
     """Worker: load, answer the first request (start-up), write the labels of the agreement rows,
     then one request of `--batch` dev sentences per step."""
     export = Path(args.export)
-    if args.worker.startswith("ours"):
+    if args.worker == "ours_predict":
+        predict = build_predict(Path((export / "trial_dir.txt").read_text()))
+    elif args.worker.startswith("ours"):
         predict = build_ours(export, "mixed_bfloat16" if args.worker == "ours_bf16" else "float32")
     else:
         predict = build_hf(export)
@@ -162,7 +181,8 @@ def serve_variant(args) -> None:
 
 # ----------------------------------------------------------------------------- driver
 
-def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, intra_op_threads: int = 0) -> list:
+def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, intra_op_threads: int = 0,
+            base: str = "ours") -> list:
     """"ours" beside each peer: "hf", "hf_passive" (HF's OpenMP threads spin while they wait by default,
     which on a loaded machine costs them most of their time slices; see finetune_throughput.py) and
     "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0) and "ours_bf16" (the bf16 export).
@@ -175,14 +195,14 @@ def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, 
         if variant.startswith("ours") and intra_op_threads <= 0:
             env.pop("TF_NUM_INTRAOP_THREADS", None)  # TensorFlow's default, whatever the shell set
         return Worker(__file__, variant, ["--export", str(work), "--batch", str(batch)], env)
-    return run_groups(pair_groups(variants), start, steps, f"batch {batch}", gemm_peak=False, pause_s=pause_s)
+    return run_groups(pair_groups(variants, base), start, steps, f"batch {batch}", gemm_peak=False, pause_s=pause_s)
 
 
-def report(work: Path, latency: list, throughput: list) -> None:
+def report(work: Path, latency: list, throughput: list, base: str = "ours") -> None:
     """Per pair: each side's batch-1 p50 / p99, batch-32 examples/s, start-up and peak memory, and
     ours against the peer (the peer's p50 over ours; our throughput over the peer's). First, each
     peer's labels and probabilities on the agreement rows against ours."""
-    ours = json.loads((work / "labels_ours.json").read_text())
+    ours = json.loads((work / f"labels_{base}.json").read_text())
     print()
     for peer in [one["variants"][1] for one in latency if len(one["variants"]) > 1]:
         theirs = json.loads((work / f"labels_{peer}.json").read_text())
@@ -199,13 +219,13 @@ def report(work: Path, latency: list, throughput: list) -> None:
             start = statistics.mean([one["ready_s"][variant], many["ready_s"][variant]])
             peak = max(one["peak_rss_gb"][variant], many["peak_rss_gb"][variant])
             rows[variant] = (p50, rate)
-            label = "  ours, same rounds" if variant == "ours" else LABELS[variant]
+            label = f"  {base}, same rounds" if variant == base else LABELS[variant]
             print(f"{label:24s} {p50:7.1f} {p99:7.1f} {rate:9.1f} {start:8.1f} {peak:8.2f}")
         if len(one["variants"]) < 2:  # a variant measured alone
             continue
         peer = one["variants"][1]
-        print(f"  ours vs {LABELS[peer]}: batch-1 p50 {rows[peer][0] / rows['ours'][0]:.2f}x lower; "
-              f"batch-32 throughput {rows['ours'][1] / rows[peer][1]:.2f}x")
+        print(f"  {base} vs {LABELS[peer]}: batch-1 p50 {rows[peer][0] / rows[base][0]:.2f}x lower; "
+              f"batch-32 throughput {rows[base][1] / rows[peer][1]:.2f}x")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=200, help="batch-1 requests per variant")
     parser.add_argument("--batches", type=int, default=20, help="batch-32 requests per variant")
     parser.add_argument("--variants", default="ours,hf,hf_passive", help=f"a subset of {','.join(VARIANTS)}")
+    parser.add_argument("--base", default="ours", choices=VARIANTS,
+                        help="the variant every other one is paired with and compared to")
     parser.add_argument("--pause", type=float, default=0.0,
                         help="idle seconds after every request, so that HF's spinning OpenMP threads park "
                              "before the other side's turn (0: back to back)")
@@ -248,9 +270,9 @@ def main() -> None:
         print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant; "
               f"our intra-op threads: {threads}", flush=True)
         variants = args.variants.split(",")
-        latency = measure(work, 1, args.requests, variants, args.pause, args.intra_op_threads)
-        throughput = measure(work, 32, args.batches, variants, args.pause, args.intra_op_threads)
-        report(work, latency, throughput)
+        latency = measure(work, 1, args.requests, variants, args.pause, args.intra_op_threads, args.base)
+        throughput = measure(work, 32, args.batches, variants, args.pause, args.intra_op_threads, args.base)
+        report(work, latency, throughput, args.base)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ import signal
 import sys
 from typing import Callable
 
-from electra_tf.errors import InputError, TrainingInterrupted, WorkerLost
+from electra_tf import disk_full
+from electra_tf.errors import DirectoryInUse, DiskFull, InputError, Interrupted, WorkerLost
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -98,21 +99,27 @@ def quiet_tensorflow_logs() -> None:
 
 
 def exit_code(job: Callable[[], None]) -> int:
-    """Runs `job`: 0 when it ends, 2 on bad input, 1 when the loss diverged or another worker was
-    lost (the last good checkpoint is kept), 128 + the signal's number when SIGTERM or SIGINT stopped training (after
-    a checkpoint; 130 for a second Ctrl-C, without one); an error is one line on stderr."""
+    """Runs `job`: 0 when it ends, 2 on bad input, 1 when the loss diverged, another worker was
+    lost (the last good checkpoint is kept), a write found the disk full or another process writes
+    to the same directory, 128 + the signal's number when SIGTERM or SIGINT stopped it (after a
+    checkpoint; 130 for a second Ctrl-C, without one); an error is one line on stderr.
+
+    A full disk that the job did not report itself (as `DiskFull`, saying what is intact) is
+    reported here, naming the file the error names; a checkpoint it was saving is cleaned up."""
     try:
-        job()
+        with disk_full.reported(lambda: "what was written before is intact; free space and run the "
+                                        "same command again"):
+            job()
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except TrainingInterrupted as stop:
+    except Interrupted as stop:
         print(f"stopped: {stop}", file=sys.stderr)
         return stop.exit_status
     except KeyboardInterrupt:
         print("stopped by Ctrl-C, without saving", file=sys.stderr)
         return 128 + signal.SIGINT
-    except (FloatingPointError, WorkerLost) as error:
+    except (FloatingPointError, WorkerLost, DiskFull, DirectoryInUse) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

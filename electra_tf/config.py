@@ -19,7 +19,7 @@ from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, generator_config, sized_encoder
 
-# Encoder (hidden size, layers) per model_size (spec §3.2); heads = H // 64 and FFN = 4H.
+# Encoder (hidden size, layers) per model_size (docs/fidelity.md#model-sizes); heads = H // 64 and FFN = 4H.
 ARCHITECTURES = {
     "small": (256, 12),
     "small++": (256, 12),
@@ -33,7 +33,7 @@ DEBUG_ATTENTION_HEADS = 4
 
 _SMALL = dict(embedding_size=128, generator_hidden_size=0.25, learning_rate=5e-4,
               train_batch_size=128, max_seq_length=128, mask_prob=0.15, num_warmup_steps=10000)
-# Training values each size sets (spec §3.3: the original's small defaults, and base / large from
+# Training values each size sets (docs/fidelity.md#model-sizes: the original's small defaults, and base / large from
 # its commented-out block and the paper). embedding_size None means the hidden size (768, 1024).
 # tiny is for tests and the CPU demo: hidden 128 is the narrowest width with 2 attention heads;
 # embedding 64 gives the discriminator an embeddings projection while the 0.5 generator (64
@@ -50,13 +50,13 @@ SIZE_PRESETS = {
     "tiny": dict(embedding_size=64, generator_hidden_size=0.5, learning_rate=1e-3,
                  train_batch_size=32, max_seq_length=128, mask_prob=0.15, num_warmup_steps=100),
 }
-# The original's debug run (spec §3.1); unlike it, debug never wipes model_dir.
+# The original's debug run (docs/fidelity.md#pretraining-config); unlike it, debug never wipes model_dir.
 DEBUG_PRESETS = dict(train_batch_size=8, num_train_steps=20, eval_batch_size=4,
                      iterations_per_loop=1, num_eval_steps=2)
 
 # electra: the paper's method; bert: MLM only (the original's electra_objective false);
 # electra_15, replace_mlm, all_tokens_mlm: the paper's §3.2 efficiency ablations.
-OBJECTIVES = ("electra", "bert", "electra_15", "replace_mlm", "all_tokens_mlm")
+PRETRAINING_OBJECTIVES = ("electra", "bert", "electra_15", "replace_mlm", "all_tokens_mlm")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # The policies that need no loss scaling: what fine-tuning and exported SavedModels offer.
@@ -66,6 +66,13 @@ OPTIMIZERS = ("adamw", "lamb")
 SHAPE_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "intermediate_size", "max_position_embeddings",
                 "type_vocab_size")
+
+
+def has_rtd_loss(objective: str) -> bool:
+    """Whether the objective trains its discriminator on replaced token detection: electra (every
+    token) and electra_15 (the masked ones). bert has no discriminator; replace_mlm and
+    all_tokens_mlm train theirs with an MLM loss."""
+    return objective in ("electra", "electra_15")
 
 
 def encoder_shapes(config: BertConfig) -> dict:
@@ -84,7 +91,7 @@ def _one_of(name: str, value, valid) -> None:
 
 @dataclasses.dataclass
 class PretrainingConfig(HParams):
-    """Every pre-training hyper-parameter (spec §3.1) plus this project's additions."""
+    """Every pre-training hyper-parameter (docs/fidelity.md#pretraining-config) plus this project's additions."""
 
     model_name: str
     data_dir: str
@@ -93,7 +100,7 @@ class PretrainingConfig(HParams):
     do_train: bool = True
     do_eval: bool = False  # evaluates on eval_tfrecords, a held-out set
     # Objective and losses
-    objective: str = "electra"  # one of OBJECTIVES
+    objective: str = "electra"  # one of PRETRAINING_OBJECTIVES
     gen_weight: float = 1.0  # weight of the generator's MLM loss
     disc_weight: float = 50.0  # weight of the discriminator loss
     two_stage_generator_steps: int = 0  # paper §3.2 two-stage training: generator alone first
@@ -122,7 +129,7 @@ class PretrainingConfig(HParams):
     init_checkpoint_reset_step: bool = True  # start at step 0 after loading init_checkpoint
     # Model
     model_size: str = "small"  # one of ARCHITECTURES
-    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)  # BertConfig fields
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict, metadata={"fields": BertConfig})
     embedding_size: Optional[int] = None  # None means the hidden size
     vocab_size: int = 30522
     do_lower_case: bool = True
@@ -256,7 +263,7 @@ class PretrainingConfig(HParams):
     def _validate(self) -> None:
         """One InputError naming the field(s) for the first invalid value."""
         _one_of("model_size", self.model_size, ARCHITECTURES)
-        _one_of("objective", self.objective, OBJECTIVES)
+        _one_of("objective", self.objective, PRETRAINING_OBJECTIVES)
         _one_of("strategy", self.strategy, STRATEGIES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("optimizer", self.optimizer, OPTIMIZERS)

@@ -1,6 +1,6 @@
 """Hyper-parameter merging shared by every stage's config (pre-training, fine-tuning).
 
-The original builds a config in four steps (spec §2.5): defaults, the user's values, derived and
+The original builds a config in four steps (docs/fidelity.md#hparams-merging): defaults, the user's values, derived and
 per-size / per-task / debug values, then the user's values again, so an explicit value always
 beats a preset. `HParams.merge` runs the same steps on a plain dict and only then constructs the
 dataclass, whose `__post_init__` computes the derived fields and validates. Derived values are
@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Union
 
+from electra_tf import atomic_files
 from electra_tf.errors import InputError
 
 HParamsSource = Union[None, str, os.PathLike, Mapping[str, Any]]
@@ -64,8 +65,14 @@ def closest(name: str, valid) -> str:
     return difflib.get_close_matches(name, sorted(valid), n=1, cutoff=0.0)[0]
 
 
-def _coerce(name: str, value: Any, hint: Any, where: str) -> Any:
-    """`value` checked against the field's type; JSON's 1e6 is accepted for an int field."""
+def _coerce(name: str, value: Any, hint: Any, where: str, fields: Any = None) -> Any:
+    """`value` checked against the field's type; JSON's 1e6 is accepted for an int field.
+
+    The check reaches inside containers as it does at the top level, so a mistake there gets the
+    same one-line error naming it (`model_hparam_overrides.hidden_size in --hparams must be int`)
+    instead of a TypeError where it is first used: a list's elements against its element type
+    (`List[str]`), and a dict whose field declares `metadata={"fields": SomeDataclass}` key by key
+    against that dataclass's fields (`model_hparam_overrides` against `BertConfig`)."""
     if typing.get_origin(hint) is Union:
         if value is None and type(None) in typing.get_args(hint):
             return None
@@ -81,12 +88,24 @@ def _coerce(name: str, value: Any, hint: Any, where: str) -> Any:
     if base is str and isinstance(value, str):
         return value
     if base is dict and isinstance(value, Mapping):
-        return dict(value)
+        return _coerce_fields(name, dict(value), fields, where) if fields is not None else dict(value)
     if base is list and isinstance(value, list):
-        return list(value)
+        element = (typing.get_args(hint) or (Any,))[0]
+        return [_coerce(f"{name}[{index}]", item, element, where) for index, item in enumerate(value)]
     if base not in (bool, int, float, str, dict, list):
         return value
     raise InputError(f"{name} in {where} must be {getattr(base, '__name__', base)}, got {value!r}")
+
+
+def _coerce_fields(name: str, values: dict, schema: Any, where: str) -> dict:
+    """`values` checked key by key against the fields of the dataclass `schema`."""
+    hints = typing.get_type_hints(schema)
+    valid = {f.name for f in dataclasses.fields(schema)}
+    unknown = [key for key in values if key not in valid]
+    if unknown:
+        hints_text = ", ".join(f"{key!r} (did you mean {closest(key, valid)!r}?)" for key in unknown)
+        raise InputError(f"unknown field(s) of {name} in {where}: {hints_text}")
+    return {key: _coerce(f"{name}.{key}", value, hints[key], where) for key, value in values.items()}
 
 
 class HParams:
@@ -150,14 +169,7 @@ class HParams:
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Writes `to_json()` atomically: a temporary file in the same folder, then a rename,
         so a reader never sees half a file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text(self.to_json(), encoding="utf-8")
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        atomic_files.write_text(path, self.to_json())
 
     @classmethod
     def _checked(cls, user: dict, where: str, settable: set) -> dict:
@@ -176,7 +188,8 @@ class HParams:
                               for name in unknown)
             raise InputError(f"unknown hparam(s) in {where}: {hints}")
         hints = {**typing.get_type_hints(cls), **cls.ALIASES}
-        return {name: _coerce(name, value, hints[name], where) for name, value in user.items()}
+        schemas = {f.name: f.metadata.get("fields") for f in dataclasses.fields(cls)}
+        return {name: _coerce(name, value, hints[name], where, schemas.get(name)) for name, value in user.items()}
 
     @classmethod
     def _init_fields(cls) -> set:

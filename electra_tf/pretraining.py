@@ -23,7 +23,7 @@ import tf_keras
 
 from electra_tf import objectives as obj
 from electra_tf.objectives.random_seeds import split_seed
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import PretrainingConfig, has_rtd_loss
 from electra_tf.modeling import ElectraModel, MaskedLMHead
 from electra_tf.modeling.layer_utils import build_in_scope
 
@@ -56,7 +56,7 @@ class PretrainingModel(tf_keras.Model):
             disc_config, config.generator_config(),
             untied_generator_embeddings=config.untied_generator_embeddings,
             untied_generator=config.untied_generator,
-            objective="bert" if config.objective == "bert" else "electra")
+            layout="bert" if config.objective == "bert" else "electra")
         self.discriminator_mlm_head = None
         if config.objective in _MLM_ON_DISCRIMINATOR:
             self.discriminator_mlm_head = MaskedLMHead(disc_config, self.network.embeddings,
@@ -87,7 +87,7 @@ class PretrainingModel(tf_keras.Model):
         sequence = self.network.discriminator(fake.fake_input_ids, input_mask, segment_ids,
                                               training=training)  # [B, L, H]
         rtd, disc_weight = None, 1.0  # the MLM-style ablations weigh their loss 1, as the paper
-        if config.objective in ("electra", "electra_15"):
+        if has_rtd_loss(config.objective):
             weights = fake.selected if config.objective == "electra_15" else None
             rtd = obj.rtd_loss(self.network.discriminator_head(sequence), fake.is_replaced,
                                input_mask, weights=weights)

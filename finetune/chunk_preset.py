@@ -35,8 +35,11 @@ class ChunkPreset(TaggingTask):
             self._tags = list(_chunk_labels(str(self.task_dir)))
         return self._tags
 
-    def lowercase(self, config) -> bool:
-        return True
+    def own_format(self, suffix: str) -> Optional[str]:
+        return "conll" if suffix == ".txt" else None  # CoNLL-2000's own files
+
+    def lowercase(self, do_lower_case: bool) -> bool:
+        return True  # the original lower-cases its tagging words whatever do_lower_case says
 
     def score(self, config, split: EvalSplit, predictions, loss: float) -> Dict[str, float]:
         scores = chunking.score(split.features, predictions, self.mapping, config.conlleval_chunks)

@@ -49,6 +49,11 @@ class Sentence:
     tags: Tuple[str, ...]  # as in the file (IOB2 for CoNLL-2000)
 
 
+def valid_tag(tag, prefixes: str = "BIES") -> bool:
+    """Whether `tag` is O or `<prefix>-<type>` for one of `prefixes`."""
+    return isinstance(tag, str) and (tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in prefixes))
+
+
 def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = -1,
                    prefixes: str = "BIES") -> List[Sentence]:
     """The sentences of one CoNLL file, each word's tag taken from `tag_column` (an index; the last
@@ -74,7 +79,7 @@ def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = 
         if not -len(fields) <= tag_column < len(fields):
             raise InputError(f"{path}:{number}: {len(fields)} fields, no tag column {tag_column}")
         tag = fields[tag_column]
-        if tag != "O" and (len(tag) < 3 or tag[1] != "-" or tag[0] not in prefixes):
+        if not valid_tag(tag, prefixes):
             raise InputError(f"{path}:{number}: tag {tag!r} is not O or "
                              f"{'/'.join(p + '-' for p in prefixes)}<type>")
         current.append((fields[0], tag))
@@ -272,19 +277,26 @@ class TaggingHead(tf_keras.layers.Layer):
         return tf.cast(self.dense(words), tf.float32)
 
     def per_example_loss(self, logits, batch):
-        """-> [B]: cross-entropy summed over the sentence's labelled words."""
-        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["tag_ids"], logits=logits)  # [B, W]
+        """-> [B]: cross-entropy summed over the sentence's labelled words (tag ids of another
+        tagging task's rows are clipped into range; the model masks their loss out)."""
+        tag_ids = tf.clip_by_value(batch["tag_ids"], 0, tf.shape(logits)[-1] - 1)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tag_ids, logits=logits)  # [B, W]
         return tf.reduce_sum(losses * batch["labels_mask"], axis=-1)
 
     def predictions(self, logits):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, W]
 
 
+def tag_names(features: TaggingFeatures, predicted: Sequence[np.ndarray], mapping: Dict[str, int]):
+    """(gold, predicted) tags per sentence, one per kept word, from the gold labels and predicted ids."""
+    names = {i: tag for tag, i in mapping.items()}
+    gold = [[names[int(i)] for i in labels] for labels in features.labels]
+    guessed = [[names[int(i)] for i in np.asarray(p)[:len(labels)]] for p, labels in zip(predicted, features.labels)]
+    return gold, guessed
+
+
 def score(features: TaggingFeatures, predicted: Sequence[np.ndarray], mapping: Dict[str, int],
           conlleval: bool = False) -> Dict[str, float]:
     """Chunk P/R/F1 of predicted tag ids (per sentence, one per kept word) against the gold labels,
     by the original's scorer, or by conlleval's rules."""
-    names = {i: tag for tag, i in mapping.items()}
-    gold = [[names[int(i)] for i in labels] for labels in features.labels]
-    guessed = [[names[int(i)] for i in np.asarray(p)[:len(labels)]] for p, labels in zip(predicted, features.labels)]
-    return chunk_f1(gold, guessed, conlleval)
+    return chunk_f1(*tag_names(features, predicted, mapping), conlleval)

@@ -7,9 +7,10 @@ precision, recall and F1 (`<label>/precision`, ...); the GLUE presets keep GLUE'
 """
 
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import tensorflow as tf
 
 from electra_tf.errors import InputError
 from finetune import scorers
@@ -50,7 +51,7 @@ class ClassificationTask(SentenceTask):
         positions = label_positions(self.labels)
         if label not in positions:
             raise InputError(f"{path}:{line}: label {label!r} is not one of the task's labels "
-                             f"({', '.join(self.labels)}), which train gives")
+                             f"({', '.join(self.labels)})")
         return positions[label]
 
     def make_head(self, config, hidden_size: int) -> ClassificationHead:
@@ -68,6 +69,14 @@ class ClassificationTask(SentenceTask):
 
     def output(self, prediction) -> dict:
         return {"label": self.labels[int(prediction)]}
+
+    def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
+        return {"probabilities": tf.nn.softmax(logits, axis=-1)}  # [B, C]
+
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
+        return [{"label": self.labels[int(np.argmax(p))],
+                 "probabilities": {name: float(v) for name, v in zip(self.labels, p)}}
+                for p in fetched["probabilities"]]
 
     def card(self) -> dict:
         return {**super().card(), "labels": list(self.labels)}

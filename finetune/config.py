@@ -1,4 +1,5 @@
-"""Fine-tuning configuration: the original's `FinetuningConfig` fields and defaults (spec §8.1).
+"""Fine-tuning configuration: the original's `FinetuningConfig` fields and defaults
+(docs/fidelity.md#fine-tuning-config).
 
 Build it with `FinetuningConfig.from_hparams(model_name, data_dir, hparams)`; the merge is the
 original's (defaults, user values, presets, user values again; `electra_tf.hparams`), and an
@@ -10,7 +11,8 @@ unknown key is an InputError. Presets, in order:
   alone: 512 tokens, 2 epochs; chunk alone: 256 tokens (the task's `presets`);
 - debug: 1 trial, 100 rows per file, examples logged, and the original's debug model (3 layers, hidden 144).
 Task names may be the original's (mrpc) or the GLUE folder's (MRPC); they are stored in the
-original's form; `tasks` defines the user's own (finetune.task_specs). The QA fields set up SQuAD; `use_tfrecords_if_existing` is
+original's form; `tasks` defines the user's own (finetune.task_specs). The QA fields set up
+SQuAD; `use_tfrecords_if_existing` is
 accepted for compatibility: features are built in memory here, never cached.
 """
 
@@ -48,7 +50,8 @@ def _require(condition: bool, message: str) -> None:
 
 @dataclasses.dataclass
 class FinetuningConfig(HParams):
-    """Every fine-tuning hyper-parameter of the original (spec §8.1) plus this project's additions."""
+    """Every fine-tuning hyper-parameter of the original (docs/fidelity.md#fine-tuning-config) plus
+    this project's additions."""
 
     model_name: str
     data_dir: str
@@ -63,7 +66,7 @@ class FinetuningConfig(HParams):
     task_names: List[str] = dataclasses.field(default_factory=lambda: ["chunk"])
     # the user's own tasks: {name: spec} (finetune.task_specs; docs/finetuning.md, "Your own tasks")
     tasks: dict = dataclasses.field(default_factory=dict)
-    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict, metadata={"fields": BertConfig})
     embedding_size: Optional[int] = None
     vocab_size: int = 30522
     do_lower_case: bool = True
@@ -72,7 +75,8 @@ class FinetuningConfig(HParams):
     learning_rate: float = 1e-4
     weight_decay_rate: float = 0.01
     layerwise_lr_decay: float = 0.8
-    # The original gives the top layer decay^2 (an off-by-one, spec §7); true gives it decay^1.
+    # The original gives the top layer decay^2 (an off-by-one, docs/fidelity.md#layer-wise-decay);
+    # true gives it decay^1.
     fixed_layerwise_decay: bool = False
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1

@@ -2,7 +2,7 @@
 
 Each task is described by a `GlueTask` (data, not code): the original's short name (cola, sst,
 mrpc, sts, qqp, mnli, qnli, rte, wnli), the GLUE download's folder name, the columns of its train /
-dev and test TSVs (spec §8.2), its labels, and the GLUE server's file name and label strings.
+dev and test TSVs (docs/fidelity.md#glue-reading), its labels, and the GLUE server's file name and label strings.
 `read_split` turns one split into `Example`s; TSVs are read with quoting off, as the original did
 (rows hold unbalanced double quotes), a UTF-8 BOM is dropped (MRPC), and a short row or an unknown
 label raises InputError naming the file and line.
@@ -74,7 +74,8 @@ _ALIASES = {**{t.folder.lower(): t.name for t in TASKS.values()}, **{t: t for t 
 _ALIASES.update({"sst2": "sst", "stsb": "sts", "sst-2": "sst", "sts-b": "sts"})
 # The AX diagnostic set: columns index, sentence1, sentence2 (no labels), MNLI's label set.
 _DIAGNOSTIC = Columns(1, 2, index=0)
-# The original's span-extraction and tagging tasks (finetune.span_tasks) and its MRQA tasks (not supported).
+# The original's span-extraction and tagging tasks (finetune.squad_task, finetune.chunk_preset) and its
+# MRQA tasks (not supported).
 SPAN_TASKS = ("squad", "squadv1", "chunk")
 NOT_YET = ("newsqa", "naturalqs", "triviaqa", "searchqa")
 

@@ -9,10 +9,12 @@ splits. Heads, losses, predictions, scores and the SavedModel are its type's, as
 from pathlib import Path
 from typing import List
 
+from electra_tf.errors import InputError
 from finetune import glue
 from finetune.classification import ClassificationTask
 from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
 from finetune.regression import RegressionTask
+from finetune.table_files import Layout
 from finetune.task import EvalSplit
 
 
@@ -28,6 +30,20 @@ class GlueFiles:
     @property
     def dev_files(self):
         return self.glue_task.dev_files
+
+    def own_format(self, suffix: str):
+        return "tsv" if suffix == ".tsv" else None
+
+    def input_columns(self, source):
+        """A GLUE preset predicts from its own TSV layouts (quoting off, columns by index): a test
+        file's (its first column `index` or `id`, which becomes the row's id) or a train/dev file's."""
+        if source.format != "tsv":
+            raise InputError(f"task {self.name}: predicts from GLUE's TSV layout or plain text, not {source.format}")
+        first = "" if source.path == "-" else Path(source.path).open(encoding="utf-8-sig").readline()
+        test = first.split("\t")[0].strip() in ("index", "id")
+        columns = self.glue_task.test if test else self.glue_task.train
+        chosen = {"text": columns.text_a, "text_b": columns.text_b, "id": columns.index}
+        return Layout("tsv", quoting=False, header=columns.header), {k: v for k, v in chosen.items() if v is not None}
 
     def read(self, config, split: str, max_examples) -> List[glue.Example]:
         return glue.read_split(Path(config.raw_data_dir), self.glue_task, split, max_examples, config.double_unordered)

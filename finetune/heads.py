@@ -2,7 +2,8 @@
 
 A head reads the whole sequence output [B, L, H] and the batch, as the tagging and QA heads do:
 `call` gives the head's output, `per_example_loss` a loss per example [B] (the model keeps the
-rows of the head's own task), `predictions` what scorers and test files use. They are the original's: the `[CLS]` vector -> dropout 0.1 (training only) ->
+rows of the head's own task), `predictions` what scorers and test files use. They are the
+original's: the `[CLS]` vector -> dropout 0.1 (training only) ->
 dense (glorot init, TF1's `tf.layers.dense` default). HF's two-layer `ElectraClassificationHead`
 is deliberately not used.
 """
@@ -42,8 +43,10 @@ class ClassificationHead(ClsHead):
         super().__init__(task_name, num_labels, hidden_size, **kwargs)
 
     def per_example_loss(self, logits, batch):
-        """logits [B, C] -> [B]."""
-        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["label_ids"], logits=logits)
+        """logits [B, C] -> [B]. Rows of another task (a multi-task batch) may hold labels past C:
+        clipped into range, their loss is masked out by the model (`task_id`)."""
+        labels = tf.clip_by_value(batch["label_ids"], 0, tf.shape(logits)[-1] - 1)
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
     def predictions(self, logits):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B]

@@ -48,6 +48,10 @@ class FinetuningModel(tf_keras.Model):
             total += tf.reduce_sum(head.per_example_loss(outputs[task.name], batch) * own)
         return total
 
+    def head_of(self, task_name: str):
+        """The head of the task named `task_name`."""
+        return self.heads[[task.name for task in self.tasks].index(task_name)]
+
     def predictions(self, outputs) -> Dict[str, tf.Tensor]:
         return {task.name: head.predictions(outputs[task.name]) for task, head in zip(self.tasks, self.heads)}
 

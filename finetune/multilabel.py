@@ -11,7 +11,7 @@ micro-F1 (the main one), macro-F1 and, per label, precision, recall and F1 (`<la
 import dataclasses
 import json
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +21,7 @@ from finetune import scorers
 from finetune.heads import ClsHead
 from finetune.inputs import Features, pad_batch
 from finetune.sentence_task import SentenceTask
+from finetune.servers import MultilabelServer
 from finetune.task import EvalSplit, label_positions, stable_labels
 from finetune.task_files import TaskFiles
 
@@ -82,7 +83,8 @@ class MultilabelTask(SentenceTask):
     def labels(self) -> Tuple[str, ...]:
         if self._labels is None:
             path, rows = self.files.rows("train")
-            self._labels = stable_labels(name for line, cells in rows for name in self._names(cells["label"], path, line))
+            self._labels = stable_labels(name for line, cells in rows
+                                         for name in self._names(cells["label"], path, line))
         return self._labels
 
     def label_value(self, cell, path: Path, line: int) -> np.ndarray:
@@ -91,7 +93,7 @@ class MultilabelTask(SentenceTask):
         for name in self._names(cell, path, line):
             if name not in positions:
                 raise InputError(f"{path}:{line}: label {name!r} is not one of the task's labels "
-                                 f"({', '.join(self.labels)}), which train gives")
+                                 f"({', '.join(self.labels)})")
             vector[positions[name]] = 1.0
         return vector
 
@@ -121,6 +123,15 @@ class MultilabelTask(SentenceTask):
     def output(self, prediction) -> dict:
         return {"labels": [name for name, p in zip(self.labels, prediction) if p >= self.threshold],
                 "probabilities": {name: float(p) for name, p in zip(self.labels, prediction)}}
+
+    def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
+        return {"probabilities": tf.sigmoid(logits)}  # [B, K]
+
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
+        return [self.output(p) for p in fetched["probabilities"]]
+
+    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> MultilabelServer:
+        return MultilabelServer(tokenizer, model, self, max_seq_length, precision)
 
     def card(self) -> dict:
         return {**super().card(), "labels": list(self.labels), "threshold": self.threshold,

@@ -1,5 +1,6 @@
-"""The original's SQuAD head (spec §8.3, XLNet-style): start logits, end logits conditioned on the
-start, an answerability classifier, and joint start/end beam search at inference.
+"""The original's SQuAD head (XLNet-style; docs/fidelity.md#fine-tuning-heads-and-loss): start
+logits, end logits conditioned on the start, an answerability classifier, and joint start/end
+beam search at inference.
 
 With L positions, H hidden units and the answer mask m = input_mask * segment_ids + one_hot(0)
 (the context, and `[CLS]` as the null answer):

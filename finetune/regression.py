@@ -6,9 +6,10 @@ the MSE, all of the scaled target (as STS-B's in the original's units of 1/5).
 """
 
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import tensorflow as tf
 
 from electra_tf.errors import InputError
 from finetune import scorers
@@ -50,7 +51,13 @@ class RegressionTask(SentenceTask):
         return scorers.score(self.metrics, targets, predictions, loss, split.prefix)
 
     def output(self, prediction) -> dict:
-        return {"value": float(prediction) * self.scale}
+        return {"score": float(prediction) * self.scale}
+
+    def predict_outputs(self, head, output) -> Dict[str, tf.Tensor]:
+        return {"score": output[:, 0] * self.scale}  # [B], on the target's own scale
+
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
+        return [{"score": float(v)} for v in fetched["score"]]
 
     def card(self) -> dict:
         return {**super().card(), "scale": self.scale}

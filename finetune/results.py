@@ -12,6 +12,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from electra_tf import atomic_files
+
 STATISTICS = ("median", "mean", "std", "min", "max")
 Scores = Dict[str, Dict[str, float]]  # task -> metric -> value
 
@@ -58,7 +60,5 @@ def write_results(results_dir, tasks_key: str, trials: List[Scores], extra: dict
     text = "\n".join(trial_lines(trials)) + "\n\n" + format_table(table) + "\n"
     for path, content in ((results_dir / f"{tasks_key}_results.json", json.dumps(document, indent=2) + "\n"),
                           (results_dir / f"{tasks_key}_results.txt", text)):
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(content, encoding="utf-8")
-        temporary.replace(path)
+        atomic_files.write_text(path, content)
     return document

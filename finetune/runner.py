@@ -55,6 +55,7 @@ from finetune.pretrained import load_encoder_weights
 from finetune.results import format_table, write_results
 from finetune.task import EvalSplit
 from finetune.task_data import TaskData, load_task_data, make_tokenizer
+from finetune.writing import guarded
 
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
 BEST = "best"  # the best evaluation's checkpoint (keep_best_model, early_stopping_patience)
@@ -292,10 +293,15 @@ class Trial:
 
 
 def run(config: FinetuningConfig, stream=None) -> dict:
-    """Every trial of the config; returns the results document (also written to results_dir)."""
-    stream = stream or sys.stdout
+    """Every trial of the config, holding its tasks' lock, with a full disk reported as one line
+    (`finetune.writing`); returns the results document (also written to results_dir)."""
     strategy = create_strategy(config.strategy) if config.strategy else None
-    data = load_task_data(config, make_tokenizer(config))
+    data = load_task_data(config, make_tokenizer(config))  # reads only: bad input stops before any write
+    with guarded(config):
+        return _trials(config, data, stream or sys.stdout, strategy)
+
+
+def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: Optional[tf.distribute.Strategy]) -> dict:
     first, trials, extra = _finished_trials(config, stream)
     best_test = main_score(trials[extra["test_predictions"]["trial"] - 1]) if "test_predictions" in extra else -math.inf
     with Interruption(stream) as interrupt:

@@ -17,15 +17,17 @@ import json
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, check_vocab, staged_output
-from electra_tf.checkpoints.saved_model import SIGNATURE, check_precision
+from electra_tf.checkpoints.saved_model import EMBED, SIGNATURE, check_precision
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
 from finetune.config import FinetuningConfig
 from finetune.model import FinetuningModel
+from finetune.multitask import batch_spec, complete
 from finetune.runner import FINETUNED, RUN_CONFIG, TASK_CARDS
 from finetune.tasks import canonical_name, run_tasks
 
@@ -76,8 +78,8 @@ def load_finetuned(model_dir, task: Optional[str] = None, precision: str = "floa
     tasks = run_tasks(config, read_cards(model_dir))
     with precision_scope(precision):  # the layers keep it; their variables are float32 either way
         model = FinetuningModel(config.encoder_config(), tasks, config)
-    model({"input_ids": tf.ones([1, 3], tf.int32), "input_mask": tf.ones([1, 3], tf.int32),
-           "segment_ids": tf.zeros([1, 3], tf.int32)})  # creates the variables the checkpoint restores
+    model(complete({"input_ids": np.ones([1, 3], np.int32), "input_mask": np.ones([1, 3], np.int32),
+                    "segment_ids": np.zeros([1, 3], np.int32)}, batch_spec(tasks)))  # creates the variables
     try:
         tf.train.Checkpoint(finetuning_model=model).read(str(model_dir / FINETUNED)).assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
@@ -103,5 +105,5 @@ def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrit
     check_output(output_dir, overwrite)
     server = build_server(model_dir, task, precision)
     with staged_output(output_dir, overwrite) as staging:
-        tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve})
+        tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
     return server

@@ -7,12 +7,12 @@ scores and outputs. The GLUE presets (`finetune.glue_presets`) read the GLUE fil
 
 import abc
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from electra_tf.errors import InputError
 from finetune.glue import Example
 from finetune.inputs import Features, featurize
-from finetune.table_files import Layout, text_cell
+from finetune.table_files import FORMATS, Layout, iter_rows, text_cell
 from finetune.task import EvalSplit, Task
 from finetune.task_files import TaskFiles, write_test_predictions
 
@@ -57,6 +57,45 @@ class SentenceTask(Task):
         return featurize(examples, tokenizer, config.max_seq_length, task_id, self.is_regression)
 
     is_regression = False  # the label is a float target (finetune.inputs' `targets`), not a class
+
+    def own_format(self, suffix: str) -> Optional[str]:
+        same = self.files is not None and Path(self.files.train).suffix.lower() == suffix
+        return self.files.layout.format if same else None
+
+    def input_columns(self, source) -> Tuple[Layout, Dict[str, object]]:
+        """How a prediction input is read: its layout and the columns of text, text_b, id."""
+        format = source.format
+        files = self.files
+        columns = {"text": files.text, "text_b": files.text_b, "id": files.id}
+        return (Layout(format, quoting=files.layout.quoting, header=files.layout.header),
+                {key: value for key, value in columns.items() if value is not None})
+
+    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], Example]]:
+        """Plain text (a text a line; a pair's texts separated by a tab) or the task's columns."""
+        if source.format == "text":
+            yield from self._text_inputs(source)
+            return
+        if source.format not in FORMATS:
+            raise InputError(f"{source.name}: a {self.type_name} task reads text, csv, tsv or jsonl, "
+                             f"not {source.format}")
+        layout, columns = self.input_columns(source)
+        for line, cells in iter_rows(source.name, layout, columns, optional=("id",), source=source.stream(),
+                                     on_blank=source.empty):
+            texts = [cells.get(key) for key in ("text", "text_b") if key in columns]
+            if any(isinstance(text, str) and not text.strip() for text in texts) and source.empty(line, "text"):
+                continue
+            text_a = text_cell(texts[0], source.name, line, "text")
+            text_b = text_cell(texts[1], source.name, line, "second text") if self.has_pair else None
+            yield (None if cells.get("id") is None else str(cells["id"])), Example(line, text_a, text_b, None)
+
+    def _text_inputs(self, source) -> Iterator[Tuple[Optional[str], Example]]:
+        for line, text in source.lines():
+            if not text.strip() and source.empty(line):
+                continue
+            parts = text.split("\t") if self.has_pair else [text]
+            if len(parts) != (2 if self.has_pair else 1) or not all(part.strip() for part in parts):
+                raise InputError(f"{source.name}:{line}: a pair task's line is its two texts separated by one tab")
+            yield None, Example(line, parts[0], parts[1] if self.has_pair else None, None)
 
     def test_splits(self, config):
         return (("test", "test"),) if self.files is not None and self.files.test is not None else ()

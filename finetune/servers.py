@@ -5,15 +5,18 @@ examples are featurized as `finetune.inputs.featurize` does ([CLS] a [SEP] b [SE
 to the first [SEP], BERT's longest-first truncation to max_seq_length) and they return
     classification: probabilities float32 [B, num_labels] (softmax, in the task's label order)
                     label         tf.string [B]  the most probable label's name
+    multi-label:    probabilities float32 [B, K] (sigmoid), labels tf.string [B, K] (the name
+                                                 where the probability reaches the threshold, else "")
     regression:     score         float32 [B]    the output times the task's scale (STS-B: 0-5),
                                                  not clipped as the GLUE server file is
+and `embed` (the same inputs) the encoder's vectors (`electra_tf.checkpoints.saved_model`).
 A task's `server` (finetune.task) picks its server.
 """
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.checkpoints.saved_model import encode, precision_record
+from electra_tf.checkpoints.saved_model import embedding_outputs, encode, precision_record
 from electra_tf.tokenization import Tokenizer
 
 
@@ -42,22 +45,22 @@ class SentenceServer(tf.Module):
     def __init__(self, tokenizer: Tokenizer, model, task, max_seq_length: int, precision: str = "float32"):
         super().__init__(name=f"electra_{task.name}")
         self.tokenizer, self.encoder = tokenizer, model.encoder
-        self.head = model.heads[[t.name for t in model.tasks].index(task.name)]
+        self.head = model.head_of(task.name)
         self.task, self.max_seq_length = task, max_seq_length
         self.precision = precision_record(precision)
-        text = tf.TensorSpec([None], tf.string, name="text_a")
+        texts = [tf.TensorSpec([None], tf.string, name="text_a")]
         if task.has_pair:
-            self.serve = tf.function(self._serve_pair, input_signature=[
-                text, tf.TensorSpec([None], tf.string, name="text_b")])
-        else:
-            self.serve = tf.function(self._serve_single, input_signature=[text])
+            texts.append(tf.TensorSpec([None], tf.string, name="text_b"))
+        self.serve = tf.function(lambda *text: self._outputs(*self._inputs(*text)), input_signature=texts)
+        self.embed = tf.function(lambda *text: embedding_outputs(self.encoder, *self._inputs(*text)),
+                                 input_signature=texts)
 
-    def _serve_single(self, text_a):
+    def _inputs(self, text_a, text_b=None):
+        """(input_ids, input_mask, segment_ids) int32 [B, L] of the raw texts, as training featurized them."""
+        if text_b is not None:
+            return encode_pair(self.tokenizer, text_a, text_b, self.max_seq_length)
         input_ids, input_mask = encode(self.tokenizer, text_a, self.max_seq_length)  # [B, L]
-        return self._outputs(input_ids, input_mask, tf.zeros_like(input_ids))
-
-    def _serve_pair(self, text_a, text_b):
-        return self._outputs(*encode_pair(self.tokenizer, text_a, text_b, self.max_seq_length))
+        return input_ids, input_mask, tf.zeros_like(input_ids)
 
     def _outputs(self, input_ids, input_mask, segment_ids):
         cls = self.encoder.call_unpadded(input_ids, input_mask, segment_ids, cls_only=True)  # [B, H]
@@ -74,6 +77,16 @@ class ClassifierServer(SentenceServer):
         labels = tf.constant(list(self.task.labels))
         return {"probabilities": tf.nn.softmax(logits, axis=-1),
                 "label": tf.gather(labels, tf.argmax(logits, axis=-1, output_type=tf.int32))}
+
+
+class MultilabelServer(SentenceServer):
+    def head_outputs(self, logits) -> dict:
+        """logits [B, K] -> probabilities [B, K] and `labels` tf.string [B, K]: each label's name
+        where its probability reaches the task's threshold, "" elsewhere."""
+        probabilities = tf.sigmoid(logits)
+        names = tf.broadcast_to(tf.constant(list(self.task.labels)), tf.shape(probabilities))
+        return {"probabilities": probabilities,
+                "labels": tf.where(probabilities >= self.task.threshold, names, tf.constant(""))}
 
 
 class RegressorServer(SentenceServer):

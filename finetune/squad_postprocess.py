@@ -26,6 +26,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 from official.nlp.tools import squad_evaluate_v1_1, squad_evaluate_v2_0
 
+from electra_tf import atomic_files
 from electra_tf.errors import InputError
 from finetune.squad import Example, QAFeatures
 
@@ -37,6 +38,8 @@ class Candidate:
     text: str
     start_log_prob: float
     end_log_prob: float
+    start: int = -1  # the text's [start, end) characters in the context (-1: no prediction)
+    end: int = -1
 
     @property
     def score(self) -> float:
@@ -70,8 +73,9 @@ def predict_answers(examples: Sequence[Example], features: QAFeatures, outputs: 
                     n_best_size: int = 20, max_answer_length: int = 30, v2: bool = False,
                     answerable_classifier: bool = True) -> Tuple[Dict[str, str], Dict[str, float], Dict[str, list]]:
     """(predictions {id: text}, null odds {id: float} (v2 only), n-best {id: [{text, probability,
-    start_logit, end_logit}]}). `outputs` holds `QAHead.predictions` per window, in the order of
-    `features` (start_top_log_probs / start_top_index [N, k], end_top_* [N, k, k], null_score [N])."""
+    start_logit, end_logit, start, end}]}: start and end, the text's characters in the context).
+    `outputs` holds `QAHead.predictions` per window, in the order of `features`
+    (start_top_log_probs / start_top_index [N, k], end_top_* [N, k, k], null_score [N])."""
     windows: Dict[int, List[int]] = {}
     for f, index in enumerate(features.example_index):
         windows.setdefault(int(index), []).append(f)
@@ -90,12 +94,14 @@ def predict_answers(examples: Sequence[Example], features: QAFeatures, outputs: 
             text = tokens.text(example.paragraph.context, first, last)
             if text not in seen:
                 seen.add(text)
-                nbest.append(Candidate(text, start_lp, end_lp))
+                characters = int(tokens.char_start[first]), int(tokens.char_end[last])
+                nbest.append(Candidate(text, start_lp, end_lp, *characters))
         if not nbest:
             nbest.append(Candidate(NO_PREDICTION, 0.0, 0.0))
         probabilities = _softmax([c.score for c in nbest])
         nbest_json[example.qas_id] = [dict(text=c.text, probability=float(p), start_logit=c.start_log_prob,
-                                           end_logit=c.end_log_prob) for c, p in zip(nbest, probabilities)]
+                                           end_logit=c.end_log_prob, start=c.start, end=c.end)
+                                      for c, p in zip(nbest, probabilities)]
         best = next((c for c in nbest if c.text), nbest[0])
         predictions[example.qas_id] = best.text
         if v2:
@@ -110,9 +116,8 @@ def output_paths(results_dir, tasks_key: str, task_name: str) -> Dict[str, Path]
 
 
 def write_json(path: Path, content) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-    return path
+    """Writes `content` as JSON, whole or not at all (a full disk leaves no half file)."""
+    return atomic_files.write_text(path, json.dumps(content, indent=2) + "\n")
 
 
 def evaluate_v1(dataset: list, predictions: Dict[str, str]) -> Dict[str, float]:

@@ -5,12 +5,16 @@ tokens and 2 epochs, as the original.
 """
 
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from finetune import squad, squad_postprocess
+from electra_tf.errors import InputError
 from finetune.qa_head import QAHead
+from finetune.squad_context import Paragraph
+from finetune.table_files import Layout, iter_rows, text_cell
 from finetune.task import EvalSplit, Task
 
 
@@ -82,6 +86,48 @@ class SquadTask(Task):
         final = {qid: "" if null_odds[qid] > config.qa_na_threshold else text for qid, text in answers.items()}
         directory = squad_postprocess.output_paths(results_dir, config.tasks_key, self.name)["preds"].parent
         return squad_postprocess.write_json(directory / f"{self.name}_test_preds.json", final)
+
+    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], squad.Example]]:
+        """JSONL (`question`, `context`, an `id` if present) or plain text (a question and its
+        context a line, separated by a tab)."""
+        if source.format == "jsonl":
+            rows = ((line, cells) for line, cells in iter_rows(
+                source.name, Layout("jsonl"), {"question": "question", "context": "context", "id": "id"},
+                optional=("id",), source=source.stream(), on_blank=source.empty))
+        elif source.format == "text":
+            rows = ((line, dict(zip(("question", "context"), text.split("\t", 1)))) for line, text in source.lines())
+        else:
+            raise InputError(f"{source.name}: a SQuAD task reads jsonl or text, not {source.format}")
+        for line, cells in rows:
+            if not (cells.get("question", "").strip() and cells.get("context", "").strip()):
+                if source.empty(line, "question or context"):
+                    continue
+            paragraph = Paragraph.split(text_cell(cells["context"], source.name, line, "context"))
+            question = text_cell(cells["question"], source.name, line, "question")
+            row_id = None if cells.get("id") is None else str(cells["id"])
+            yield row_id, squad.Example(line, row_id or str(line), question, paragraph)
+
+    def example_features(self, features) -> np.ndarray:
+        return np.unique(features.example_index, return_index=True)[1]  # each question's first window
+
+    def predict_outputs(self, head, outputs) -> Dict[str, tf.Tensor]:
+        return head.predictions(outputs)  # the beams of every window
+
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
+        """The answer and its characters in the context; for SQuAD 2.0 the null odds and whether the
+        model abstains (odds above `qa_na_threshold`, as the original's test answers)."""
+        _, null_odds, nbest = squad_postprocess.predict_answers(
+            examples, features, fetched, config.n_best_size, config.max_answer_length, self.v2,
+            config.answerable_classifier)
+        rows = []
+        for example in examples:
+            best = next((c for c in nbest[example.qas_id] if c["text"]), nbest[example.qas_id][0])
+            row = {"answer": best["text"], "start": best["start"], "end": best["end"]}
+            if self.v2:
+                odds = null_odds[example.qas_id]
+                row.update(null_odds=odds, abstains=bool(odds > config.qa_na_threshold))
+            rows.append(row)
+        return rows
 
     def card(self) -> dict:
         return {"type": self.type_name, "v2": self.v2}

@@ -10,14 +10,16 @@ a field. A JSONL value stays as parsed (a list stays a list); CSV and TSV cells 
 
 import csv
 import dataclasses
-import io
+import itertools
 import json
+import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from electra_tf.errors import InputError
 
 FORMATS = ("csv", "tsv", "jsonl")
+csv.field_size_limit(sys.maxsize)  # a long review is a row like any other (the default stops at 128 KB)
 Column = Union[str, int]  # a header name, or a 0-based index (negative: from the row's end)
 
 
@@ -30,26 +32,37 @@ class Layout:
     header: bool = True  # CSV / TSV
 
 
-def read_text(path: Path) -> str:
-    """The file as UTF-8 (a BOM dropped); bytes that are not UTF-8 are an error naming the line."""
+def decoded_lines(path, source=None) -> Iterator[Tuple[int, str]]:
+    """(1-based number, text) of each line of `path` (or of the binary stream `source`, named
+    `path` in messages), read lazily as UTF-8 (a BOM dropped): bytes that are not UTF-8 are an
+    error naming the line. The text keeps its line end."""
     try:
-        data = Path(path).read_bytes()
+        stream = source if source is not None else open(path, "rb")
     except OSError as error:
         raise InputError(f"{path}: cannot read it ({error.strerror})") from None
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[:error.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: bytes that are not UTF-8 ({data[error.start:error.start + 4]!r}); "
-                         f"save the file as UTF-8") from None
+        for number, raw in enumerate(stream, start=1):
+            try:
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise InputError(f"{path}:{number}: bytes that are not UTF-8 ({raw[error.start:error.start + 4]!r}); "
+                                 f"save the file as UTF-8") from None
+    finally:
+        if source is None:
+            stream.close()
 
 
-def _delimited(path: Path, text: str, layout: Layout):
-    """(first line, fields) of each non-blank record of a CSV or TSV."""
+def read_text(path: Path) -> str:
+    """The whole file as `decoded_lines` reads it."""
+    return "".join(text for _, text in decoded_lines(path))
+
+
+def _delimited(path: Path, lines: Iterator[Tuple[int, str]], layout: Layout, on_blank):
+    """(first line, fields) of each record of a CSV or TSV; a blank line goes to `on_blank`."""
     dialect = dict(delimiter="," if layout.format == "csv" else "\t", strict=True)
     if layout.format == "tsv" and not layout.quoting:
         dialect["quoting"] = csv.QUOTE_NONE
-    reader = csv.reader(io.StringIO(text, newline=""), **dialect)
+    reader = csv.reader((text for _, text in lines), **dialect)
     start = 1
     while True:
         try:
@@ -57,10 +70,12 @@ def _delimited(path: Path, text: str, layout: Layout):
         except StopIteration:
             return
         except csv.Error as error:
-            raise InputError(f"{path}:{start}: malformed {layout.format.upper()} ({error}); a quote opened "
-                             f"here is not closed as the format requires") from None
-        if any(cell.strip() for cell in row):
+            raise InputError(f"{path}:{start}: malformed {layout.format.upper()} ({error}): a quoted field "
+                             f"that starts here is not closed, or text follows its closing quote") from None
+        if row:
             yield start, row
+        elif on_blank is not None:
+            on_blank(start)
         start = reader.line_num + 1
 
 
@@ -79,9 +94,9 @@ def _index(columns: List[str], column: Column, path: Path, field: str, header: b
     return columns.index(column)
 
 
-def _delimited_rows(path: Path, text: str, layout: Layout, columns: Dict[str, Column],
-                    max_rows: Optional[int], optional) -> List[Tuple[int, Dict[str, object]]]:
-    records = _delimited(path, text, layout)
+def _delimited_rows(path: Path, lines, layout: Layout, columns: Dict[str, Column],
+                    optional, on_blank) -> Iterator[Tuple[int, Dict[str, object]]]:
+    records = _delimited(path, lines, layout, on_blank)
     header = next(records, None) if layout.header else None
     if layout.header and header is None:
         raise InputError(f"{path}: is empty (no header)")
@@ -89,10 +104,7 @@ def _delimited_rows(path: Path, text: str, layout: Layout, columns: Dict[str, Co
     where = {field: _index(header[1] if header else [], column, path, field, layout.header, field in optional)
              for field, column in columns.items()}
     where = {field: index for field, index in where.items() if index is not None}
-    rows = []
     for line, row in records:
-        if max_rows is not None and len(rows) >= max_rows:
-            break
         if width is not None and len(row) != width:
             raise InputError(f"{path}:{line}: {len(row)} fields, but the header has {width}")
         cells = {}
@@ -100,18 +112,16 @@ def _delimited_rows(path: Path, text: str, layout: Layout, columns: Dict[str, Co
             if not -len(row) <= index < len(row):
                 raise InputError(f"{path}:{line}: {len(row)} fields, no column {index} for the {field}")
             cells[field] = row[index]
-        rows.append((line, cells))
-    return rows
+        yield line, cells
 
 
-def _jsonl_rows(path: Path, text: str, columns: Dict[str, Column],
-                max_rows: Optional[int], optional) -> List[Tuple[int, Dict[str, object]]]:
-    rows = []
-    for line, raw in enumerate(text.split("\n"), start=1):
+def _jsonl_rows(path: Path, lines, columns: Dict[str, Column], optional,
+                on_blank) -> Iterator[Tuple[int, Dict[str, object]]]:
+    for line, raw in lines:
         if not raw.strip():
+            if on_blank is not None:
+                on_blank(line)
             continue
-        if max_rows is not None and len(rows) >= max_rows:
-            break
         try:
             record = json.loads(raw)
         except json.JSONDecodeError as error:
@@ -126,20 +136,24 @@ def _jsonl_rows(path: Path, text: str, columns: Dict[str, Column],
                 raise InputError(f"{path}:{line}: no field {key!r} for the {field}; the line has "
                                  f"{', '.join(repr(k) for k in record)}")
             cells[field] = record[key]
-        rows.append((line, cells))
-    return rows
+        yield line, cells
+
+
+def iter_rows(path, layout: Layout, columns: Dict[str, Column], optional: Sequence[str] = (),
+              source=None, on_blank: Optional[Callable[[int], None]] = None) -> Iterator[Tuple[int, Dict[str, object]]]:
+    """(1-based line, {field: cell}) of each data row of `path` (or of the binary stream `source`),
+    lazily; a blank line is skipped, or given to `on_blank` (its number); a field in `optional`
+    whose column the file lacks is left out of the rows instead of being an error."""
+    lines = decoded_lines(path, source)
+    if layout.format == "jsonl":
+        return _jsonl_rows(Path(path), lines, columns, optional, on_blank)
+    return _delimited_rows(Path(path), lines, layout, columns, optional, on_blank)
 
 
 def read_rows(path, layout: Layout, columns: Dict[str, Column], max_rows: Optional[int] = None,
               optional: Sequence[str] = ()) -> List[Tuple[int, Dict[str, object]]]:
-    """(1-based line, {field: cell}) of each data row of `path` (blank lines skipped); a field in
-    `optional` whose column the file lacks is left out of the rows instead of being an error."""
-    path = Path(path)
-    text = read_text(path)
-    if layout.format == "jsonl":
-        rows = _jsonl_rows(path, text, columns, max_rows, optional)
-    else:
-        rows = _delimited_rows(path, text, layout, columns, max_rows, optional)
+    """The rows of `iter_rows` as a list (`max_rows` at most); a file without rows is an error."""
+    rows = list(itertools.islice(iter_rows(path, layout, columns, optional), max_rows))
     if not rows:
         raise InputError(f"{path}: holds no rows")
     return rows

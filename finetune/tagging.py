@@ -4,26 +4,50 @@ Files: CoNLL columns (a word a line, its tag in `tag_column`, the last unless gi
 between sentences; `-DOCSTART-` skipped) or JSONL (`{"tokens": [...], "tags": [...]}`, the keys
 named by `text` and `label`). Tags are IOB1, IOB2 or BIOES (`scheme`) of any entity types; they
 become BIOES over the entities read by conlleval's rules, and the head predicts the BIOES tags of
-every split file (as the original's chunking task; an entity type train lacks is an error). Words are featurized as the original's chunking task does
-(`finetune.chunking`: the first sub-token of each word is labelled), lower-cased when the run's
-`do_lower_case` is (a cased model sees cased words). Scores: entity precision, recall and F1 by
-conlleval's rules, overall and per type (`<type>/f1`, ...). `chunk` is its preset
-(`finetune.chunk_preset`).
+every split file (as the original's chunking task; an entity type train lacks is an error).
+Words are featurized as the original's chunking task does (`finetune.chunking`: the first
+sub-token of each word is labelled), lower-cased when the run's `do_lower_case` is (a cased
+model sees cased words). Scores: entity precision, recall and F1 by conlleval's rules, overall
+and per type (`<type>/f1`, ...). `chunk` is its preset (`finetune.chunk_preset`).
 """
 
+import dataclasses
+import itertools
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from electra_tf.errors import InputError
 from finetune import chunking
 from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
-from finetune.table_files import Layout, read_rows
+from finetune.predict_inputs import InputSource
+from finetune.table_files import Layout, iter_rows, read_rows
+from finetune.tagging_server import TaggerServer
 from finetune.task import EvalSplit, Task
+from finetune.task_files import write_test_predictions
 
 SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
+
+
+@dataclasses.dataclass
+class TextSentence(Sentence):
+    """A sentence to tag: its words, and where each lies in its text (the input line, or the
+    words joined by spaces for JSONL and CoNLL input), for the entities' character spans."""
+
+    text: str = ""
+    offsets: Tuple[Tuple[int, int], ...] = ()
+
+    @classmethod
+    def of_words(cls, eid: int, words, text: Optional[str] = None) -> "TextSentence":
+        """The words with their spans in `text` (whitespace-separated words), or joined by spaces."""
+        text = " ".join(words) if text is None else text
+        offsets, cursor = [], 0
+        for word in words:
+            start = text.index(word, cursor)
+            offsets.append((start, start + len(word)))
+            cursor = start + len(word)
+        return cls(eid, tuple(words), ("O",) * len(words), text, tuple(offsets))
 
 
 class TaggingTask(Task):
@@ -61,15 +85,20 @@ class TaggingTask(Task):
             if len(words) != len(tags) or not words:
                 raise InputError(f"{path}:{line}: {len(words)} tokens but {len(tags)} tags")
             for tag in tags:
-                if not isinstance(tag, str) or (tag != "O" and (len(tag) < 3 or tag[1] != "-" or tag[0] not in prefixes)):
+                if not chunking.valid_tag(tag, prefixes):
                     raise InputError(f"{path}:{line}: tag {tag!r} is not O or "
                                      f"{'/'.join(p + '-' for p in prefixes)}<type> ({self.scheme})")
             sentences.append(Sentence(len(sentences), tuple(map(str, words)), tuple(tags)))
         return sentences
 
     def read(self, config, split: str, max_examples: Optional[int]) -> List[Sentence]:
+        """Train and dev sentences with their tags; the test file's words alone (its tags, if any,
+        are not read): they are to be predicted."""
         if self.paths.get(split) is None:
             raise InputError(f"task {self.name}: no {split} file in its spec")
+        if split == "test":
+            source = InputSource.open(str(self.path(split)), self.format)
+            return [sentence for _, sentence in itertools.islice(self.read_inputs(source), max_examples)]
         sentences = self._sentences(self.path(split), max_examples)
         if not sentences:
             raise InputError(f"{self.path(split)}: holds no sentences")
@@ -77,11 +106,10 @@ class TaggingTask(Task):
 
     @property
     def tags(self) -> List[str]:
-        """The head's classes: the BIOES tags of every split file present, sorted (the original's
+        """The head's classes: the BIOES tags of the train and dev files, sorted (the original's
         mapping); an entity type the train file never has is an error naming the file and sentence."""
         if self._tags is None:
-            splits = {split: self._sentences(self.path(split), None) for split in ("train", "dev", "test")
-                      if self.paths.get(split) is not None}
+            splits = {split: self._sentences(self.path(split), None) for split in ("train", "dev")}
             types = {tag[2:] for s in splits["train"] for tag in s.tags if tag != "O"}
             for split, sentences in splits.items():
                 for sentence in sentences:
@@ -96,12 +124,13 @@ class TaggingTask(Task):
     def mapping(self) -> Dict[str, int]:
         return {tag: i for i, tag in enumerate(self.tags)}
 
-    def lowercase(self, config) -> bool:
-        return bool(config.do_lower_case)
+    def lowercase(self, do_lower_case: bool) -> bool:
+        """Whether words are lower-cased before WordPiece: as the run's `do_lower_case` says."""
+        return bool(do_lower_case)
 
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> TaggingFeatures:
         return chunking.featurize(examples, tokenizer, config.max_seq_length, self.mapping, task_id,
-                                  self.lowercase(config))
+                                  self.lowercase(config.do_lower_case))
 
     def make_batch(self, features, indices, pad_to=None) -> dict:
         return chunking.tagging_batch(features, indices, pad_to)
@@ -112,17 +141,71 @@ class TaggingTask(Task):
     def gather(self, columns):
         return columns[None]  # [array of tag ids (one per kept word)] per sentence
 
-    def _tag_names(self, config, split: EvalSplit, predictions):
-        names = {i: tag for tag, i in self.mapping.items()}
-        gold = [[names[int(i)] for i in labels] for labels in split.features.labels]
-        guessed = [[names[int(i)] for i in np.asarray(p)[:len(labels)]]
-                   for p, labels in zip(predictions, split.features.labels)]
-        return gold, guessed
-
     def score(self, config, split: EvalSplit, predictions, loss: float) -> Dict[str, float]:
-        gold, guessed = self._tag_names(config, split, predictions)
-        return {**chunking.chunk_f1(gold, guessed, conlleval=True), **chunking.typed_f1(gold, guessed),
-                "loss": float(loss)}
+        gold, guessed = chunking.tag_names(split.features, predictions, self.mapping)
+        overall = chunking.chunk_f1(gold, guessed, conlleval=True)
+        return {"f1": overall["f1"], **overall, **chunking.typed_f1(gold, guessed), "loss": float(loss)}  # main first
+
+    def own_format(self, suffix: str) -> Optional[str]:
+        return self.format if Path(self.paths.get("train") or "").suffix.lower() == suffix else None
+
+    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], TextSentence]]:
+        """Plain text (a sentence a line, words split on whitespace), JSONL (the `tokens` key, an
+        `id` key if present) or CoNLL (the first column; blank lines between sentences)."""
+        if source.format == "jsonl":
+            for line, cells in iter_rows(source.name, Layout("jsonl"), {"tokens": self.tokens_key, "id": "id"},
+                                         optional=("id",), source=source.stream(), on_blank=source.empty):
+                words = cells["tokens"]
+                if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+                    raise InputError(f"{source.name}:{line}: {self.tokens_key!r} must be a JSON list of words")
+                if not words and source.empty(line, "sentence"):
+                    continue
+                yield (None if cells.get("id") is None else str(cells["id"])), TextSentence.of_words(line, words)
+            return
+        if source.format not in ("text", "conll"):
+            raise InputError(f"{source.name}: a tagging task reads text, jsonl or conll, not {source.format}")
+        words, first = [], None
+        for line, text in itertools.chain(source.lines(), [(None, "")]):  # the end closes the last sentence
+            if source.format == "text":
+                if not text.strip() and line is not None and source.empty(line):
+                    continue
+                if line is not None:
+                    yield None, TextSentence.of_words(line, text.split(), text)
+                continue
+            fields = text.split()
+            if fields and fields[0] != "-DOCSTART-":
+                words, first = words + [fields[0]], first or line
+            elif not fields and words:
+                yield None, TextSentence.of_words(first, words)
+                words, first = [], None
+
+    def test_splits(self, config):
+        return (("test", "test"),) if self.paths.get("test") is not None else ()
+
+    def write_test(self, config, split: EvalSplit, predictions, results_dir) -> Path:
+        """`results/test_predictions/<task>.jsonl`: each test sentence's words, tags and entities."""
+        rows = self.prediction_rows(config, {"tag_ids": predictions}, split.examples, split.features)
+        return write_test_predictions(results_dir, self.name, [None] * len(rows), rows)
+
+    def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
+        return {"tag_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}  # [B, W]
+
+    def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
+        """The words with their tags (null past max_seq_length, where words are not tagged) and the
+        entities (conlleval's rules) as type, character start and end in the text, and text."""
+        rows = []
+        for sentence, ids, positions in zip(examples, fetched["tag_ids"], features.labeled_positions):
+            tags = [self.tags[int(i)] for i in ids[:len(positions)]]
+            entities = [{"type": kind, "start": sentence.offsets[first][0], "end": sentence.offsets[last][1],
+                         "text": sentence.text[sentence.offsets[first][0]:sentence.offsets[last][1]]}
+                        for first, last, kind in sorted(chunking.chunks(tags))]
+            rows.append({"words": list(sentence.words), "tags": tags + [None] * (len(sentence.words) - len(tags)),
+                         "entities": entities})
+        return rows
+
+    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> TaggerServer:
+        return TaggerServer(tokenizer, model, self, max_seq_length, precision,
+                            self.lowercase(tokenizer.do_lower_case))
 
     def card(self) -> dict:
         return {"type": self.type_name, "tags": self.tags, "scheme": self.scheme, "format": self.format,

@@ -15,7 +15,7 @@ A split's predictions travel in two forms: `columns`, what `Trial.predict` gathe
 import abc
 import dataclasses
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -48,9 +48,9 @@ class Task(abc.ABC):
 
     # --- data ---------------------------------------------------------------------------------
     @abc.abstractmethod
-    def read(self, data_dir: Path, split: str, max_examples: Optional[int], config) -> list:
-        """The examples of `split` ("train", a dev stem or a test stem) under `data_dir`
-        (finetuning_data); `max_examples` rows at most (None: all)."""
+    def read(self, config, split: str, max_examples: Optional[int]) -> list:
+        """The examples of `split` ("train", a dev stem or a test stem) of the run's data
+        (`config.raw_data_dir`, finetuning_data); `max_examples` rows at most (None: all)."""
 
     @abc.abstractmethod
     def featurize(self, examples: list, tokenizer, config, task_id: int, split: str) -> Features:
@@ -88,6 +88,30 @@ class Task(abc.ABC):
     def card(self) -> dict:
         """What predicting with a fine-tuned model needs besides its weights (JSON): the type,
         label names or tag set, the columns of its inputs. Saved beside every fine-tuned model."""
+
+    # --- predicting on new inputs (finetune.predicting) -------------------------------------------
+    def own_format(self, suffix: str) -> Optional[str]:
+        """The format of a prediction input whose file name ends in `suffix` when that is how the
+        task's own files are named (a CoNLL `.txt`), else None (the suffix decides)."""
+        return None
+
+    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], object]]:
+        """(row id or None, example) of each row of a prediction input (`finetune.predict_inputs`),
+        lazily, in input order."""
+        raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
+
+    def example_features(self, features: Features) -> np.ndarray:
+        """The feature that stands for each example (its encoder vectors are the example's
+        embeddings): the example's own, or its first window (SQuAD)."""
+        return np.arange(len(features))
+
+    def predict_outputs(self, head, outputs) -> Dict[str, tf.Tensor]:
+        """In the graph: what predicting fetches from the head's output (leading axis B)."""
+        raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
+
+    def prediction_rows(self, config, fetched: Dict[str, list], examples: list, features: Features) -> List[dict]:
+        """One JSON object per example from the fetched values ({key: [array per feature]})."""
+        raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
 
     def server(self, tokenizer, model, max_seq_length: int, precision: str) -> tf.Module:
         """A tf.Module whose `serve` function takes raw strings (finetune.saved_model)."""

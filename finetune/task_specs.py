@@ -10,7 +10,7 @@ kind; `build_task` makes the task of a checked spec. Every field is documented i
 docs/finetuning.md ("Your own tasks"); FIELDS below is the list it documents.
 """
 
-from typing import Dict, Optional
+from typing import Optional
 
 from electra_tf.errors import InputError
 from finetune.classification import ClassificationTask
@@ -64,6 +64,9 @@ def check_spec(name: str, spec) -> None:
     if spec["format"] not in FORMATS[kind]:
         raise InputError(f"{where}.format {spec['format']!r} is not one of: {', '.join(FORMATS[kind])} "
                          f"(for a {kind} task)")
+    by_index = [field for field in ("text", "text_b", "label", "id") if isinstance(spec.get(field), int)]
+    if spec["format"] == "jsonl" and by_index:
+        raise InputError(f"{where}.{by_index[0]}: a JSONL file's fields are named by key, not by index")
     if "scheme" in spec and spec["scheme"] not in SCHEMES:
         raise InputError(f"{where}.scheme {spec['scheme']!r} is not one of: {', '.join(SCHEMES)}")
     if "labels" in spec and not (spec["labels"] and all(isinstance(v, str) for v in spec["labels"])):
@@ -77,9 +80,3 @@ def build_task(name: str, spec: dict, root: Optional[str], card: Optional[dict] 
     labels or tags it learned, so a model needs no train file to predict."""
     return TYPES[spec["type"]].from_spec(name, spec, root, card or {})
 
-
-def specs_of(tasks: Dict[str, dict]) -> Dict[str, dict]:
-    """The user specs, each checked."""
-    for name, spec in tasks.items():
-        check_spec(name, spec)
-    return tasks

@@ -8,11 +8,13 @@ process and several produce the same multiset of examples, and a given seed and 
 byte-identical shards.
 
 Everything is written into a temporary sibling directory that replaces `output_dir` only when
-the whole build succeeded; a failed or interrupted build leaves the previous output untouched.
+the whole build succeeded; a failed or interrupted build (an error, a full disk, SIGTERM / SIGINT)
+leaves the previous output untouched and removes its temporary dir, and the next build removes
+those that killed builds left.
 """
 
-import concurrent.futures
 import dataclasses
+import glob
 import hashlib
 import io
 import json
@@ -21,6 +23,7 @@ import multiprocessing
 import os
 import queue
 import random
+import re
 import shutil
 import time
 from pathlib import Path
@@ -28,12 +31,15 @@ from pathlib import Path
 import numpy as np
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from electra_tf import disk_full
+from electra_tf.dir_lock import DirLock
 from electra_tf.errors import InputError
 from electra_tf.progress import Progress
 from pretrain_data import corpus as corpus_lib
 from pretrain_data.packing import ExampleBuilder, PackedExample, PackingStats, assemble
 from pretrain_data.records import EVAL_SUBDIR, serialize_examples, shard_name
 from pretrain_data.sentences import split_sentences
+from pretrain_data.stop_signals import ignore_sigint, stopped_by_signals
 
 MIN_SEQ_LENGTH, MAX_SEQ_LENGTH = 8, 512
 BYTES_PER_SHARD = 4 << 20  # default sizing: about one output shard per 4 MiB of raw text
@@ -159,9 +165,11 @@ _progress_queue = None
 
 
 def _init_worker(reports) -> None:
-    """Process-pool initializer: one TensorFlow thread per job, since jobs are the parallelism."""
+    """Process-pool initializer: one TensorFlow thread per job, since jobs are the parallelism;
+    Ctrl-C is left to the parent, which stops the workers."""
     global _progress_queue
     _progress_queue = reports
+    ignore_sigint()
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -281,34 +289,53 @@ def invalid_utf8_summary(stats: Dict, most: int = 5) -> Optional[str]:
 
 
 def build_pretraining_dataset(options: BuildOptions) -> Dict:
-    """Runs a whole build (see the module docstring); returns the statistics written to stats.json."""
-    files = validate(options)
-    total_bytes = sum(f.size for f in files)
-    num_out_files = options.num_out_files or default_num_out_files(total_bytes, options.num_processes)
+    """Runs a whole build (see the module docstring); returns the statistics written to stats.json.
+
+    The build holds its output dir's lock (`electra_tf.dir_lock`, the lock file beside the dir,
+    which is replaced as a whole): a second build into it is refused, and the temporary dirs that
+    interrupted builds left there are removed. A full disk or SIGTERM / SIGINT end it with one line,
+    its worker processes stopped and its temporary output removed."""
     output = Path(options.output_dir).resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.parent / f".{output.name}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / EVAL_SUBDIR if options.eval_fraction > 0 else staging).mkdir(parents=True)
-    jobs = [files[j::options.num_processes] for j in range(options.num_processes)]
-    progress = Progress(total_bytes / 1e6, "building pretraining data", unit=" MB",
-                        stream=io.StringIO() if options.quiet else None)
-    start = time.monotonic()
-    try:
-        results = _run_jobs(jobs, options, str(staging), num_out_files, progress)
-        stats = _stats(options, files, results, num_out_files, time.monotonic() - start)
-        if stats["train"]["examples"] == 0:
-            raise InputError(f"--corpus-dir {options.corpus_dir}: no usable text (0 examples built)")
-        (staging / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-        _replace_directory(staging, output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    lock = DirLock(output, output.parent / f".{output.name}.lock", "--output-dir")
+    kept = f"nothing was written to {output}" + (" (its previous content is untouched)" if output.exists() else "")
+    with lock, stopped_by_signals(f"building {output}", f"{kept} and the temporary files are removed"):
+        files = validate(options)
+        total_bytes = sum(f.size for f in files)
+        num_out_files = options.num_out_files or default_num_out_files(total_bytes, options.num_processes)
+        _remove_stale_builds(output)
+        staging = output.parent / f".{output.name}.tmp-{os.getpid()}"
+        jobs = [files[j::options.num_processes] for j in range(options.num_processes)]
+        progress = Progress(total_bytes / 1e6, "building pretraining data", unit=" MB",
+                            stream=io.StringIO() if options.quiet else None)
+        start = time.monotonic()
+        try:
+            with disk_full.reported(lambda: f"{kept}: free space and run the same command again"):
+                (staging / EVAL_SUBDIR if options.eval_fraction > 0 else staging).mkdir(parents=True)
+                results = _run_jobs(jobs, options, str(staging), num_out_files, progress)
+                stats = _stats(options, files, results, num_out_files, time.monotonic() - start)
+                if stats["train"]["examples"] == 0:
+                    raise InputError(f"--corpus-dir {options.corpus_dir}: no usable text (0 examples built)")
+                (staging / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+                _replace_directory(staging, output)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     progress.finish()
     return stats
 
 
+def _remove_stale_builds(output: Path) -> None:
+    """Removes the temporary dirs (`.<name>.tmp-<pid>`, `.<name>.old-<pid>`) that builds of `output`
+    killed before they could clean up left beside it; the caller holds the output's lock, so no
+    build that is still running owns one."""
+    for stale in output.parent.glob(f".{glob.escape(output.name)}.*-*"):
+        if re.fullmatch(rf"\.{re.escape(output.name)}\.(tmp|old)-\d+", stale.name) and stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 def _run_jobs(jobs, options: BuildOptions, staging: str, num_out_files: int,
               progress: Progress) -> List[JobResult]:
+    """Runs the jobs (in worker processes when there are several); the first error, or a signal,
+    stops every worker at once."""
     done = 0
 
     def advance(num_bytes: int) -> None:
@@ -320,16 +347,25 @@ def _run_jobs(jobs, options: BuildOptions, staging: str, num_out_files: int,
         return [run_job(0, jobs[0], options, staging, num_out_files, report=advance)]
     context = multiprocessing.get_context("spawn")  # TensorFlow is not fork-safe
     reports = context.Queue()
-    with concurrent.futures.ProcessPoolExecutor(len(jobs), mp_context=context, initializer=_init_worker,
-                                                initargs=(reports,)) as pool:
-        futures = [pool.submit(run_job, j, files, options, staging, num_out_files)
+    pool = context.Pool(len(jobs), initializer=_init_worker, initargs=(reports,))
+    try:
+        pending = [pool.apply_async(run_job, (j, files, options, staging, num_out_files))
                    for j, files in enumerate(jobs)]
-        while not all(f.done() for f in futures):
+        while not all(job.ready() for job in pending):
+            for job in pending:
+                if job.ready() and not job.successful():
+                    job.get()  # raises the job's error
             try:
                 advance(reports.get(timeout=0.5))
             except queue.Empty:
                 pass
-        results = [f.result() for f in futures]
+        results = [job.get() for job in pending]
+    except BaseException:
+        pool.terminate()  # a failed job, a full disk or a signal: no worker goes on writing
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
     while not reports.empty():
         advance(reports.get())
     return results

@@ -29,10 +29,12 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
+from electra_tf import disk_full
 from electra_tf.errors import InputError
 from electra_tf.progress import Progress
 from electra_tf.tokenization import MAX_CHARS_PER_WORD, SPECIAL_TOKENS, SUFFIX_INDICATOR, Tokenizer
 from pretrain_data import corpus as corpus_lib
+from pretrain_data.stop_signals import stopped_by_signals
 
 COUNT_BATCH_LINES = 4096
 SLACK_RATIO = 0.05  # accept any size in [vocab_size * (1 - SLACK_RATIO), vocab_size], as tf_text
@@ -268,7 +270,16 @@ def validate(options: VocabOptions) -> List[corpus_lib.CorpusFile]:
 
 
 def build_vocab(options: VocabOptions) -> Dict:
-    """Counts, learns and writes a vocab (see the module docstring); returns a summary."""
+    """Counts, learns and writes a vocab (see the module docstring); returns a summary. SIGTERM /
+    SIGINT and a full disk end it with one line, with no file written (`write_vocab`)."""
+    output = Path(options.output)
+    kept = f"nothing was written to {output}" + (" (the existing file is untouched)" if output.exists() else "")
+    with stopped_by_signals(f"learning the vocab {output}", kept), \
+            disk_full.reported(lambda: f"{kept}: free space and run the same command again", path=output):
+        return _build_vocab(options)
+
+
+def _build_vocab(options: VocabOptions) -> Dict:
     files = validate(options)
     stream = io.StringIO() if options.quiet else sys.stderr
     start = time.monotonic()

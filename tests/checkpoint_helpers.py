@@ -11,7 +11,7 @@ import tensorflow as tf
 
 
 def encoder_shapes(scope, hidden, ffn, layers, emb_width, vocab, own_embeddings, positions=512):
-    """The spec §6.4 variable names and shapes of one encoder, written out from the spec."""
+    """The original's variable names and shapes of one encoder (docs/fidelity.md#checkpoint-names), written out."""
     shapes = {}
     if own_embeddings:
         shapes.update({f"{scope}/embeddings/word_embeddings": (vocab, emb_width),

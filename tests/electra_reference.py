@@ -1,7 +1,8 @@
-"""An independent ELECTRA / BERT pretraining step in PyTorch float64, written from the spec of the
-original release (`/work/shared/reference/original_release.md`, cited as §), not from electra_tf.
+"""An independent ELECTRA / BERT pretraining step in PyTorch float64, written from the
+original release's behaviour as docs/fidelity.md describes it (its sections cited by anchor), not from electra_tf.
 
-Parameters are a dict {original variable name (§6.4): float64 tensor}; the network reads them by
+Parameters are a dict {original variable name (docs/fidelity.md#checkpoint-names): float64 tensor}; the
+network reads them by
 those names, so the TF model's variables load 1:1 and the weight-decay rule works on the original's
 names. No dropout (the parity test runs with dropout off). What the TF side draws at random (the
 masked positions, each slot's [MASK]-or-keep choice and the Gumbel noise's uniform draws) comes in
@@ -15,14 +16,15 @@ from typing import NamedTuple
 
 import torch
 
-LAYER_NORM_EPSILON = 1e-12  # §6.2 (TF1 contrib layer_norm)
-ATTENTION_MASK_ADDER = -10000.0  # §6.2: (1 - mask) * -10000
-ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON = 0.9, 0.999, 1e-6  # §3.3, §7
-NO_DECAY = ("LayerNorm", "layer_norm", "bias")  # §7: regexes searched in the variable name
+LAYER_NORM_EPSILON = 1e-12  # docs/fidelity.md#encoder (TF1 contrib layer_norm)
+ATTENTION_MASK_ADDER = -10000.0  # docs/fidelity.md#encoder: (1 - mask) * -10000
+ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON = 0.9, 0.999, 1e-6  # docs/fidelity.md#optimizer-and-schedule
+# docs/fidelity.md#optimizer-and-schedule: regexes searched in the variable name
+NO_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
 def gelu(x):
-    """The exact erf GELU (§6.1)."""
+    """The exact erf GELU (docs/fidelity.md#encoder)."""
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
@@ -38,7 +40,8 @@ def dense(params, scope, x):
 
 
 def encoder(params, scope, num_heads, input_ids, input_mask, segment_ids):
-    """BertModel (§6.2) under `scope`, on the shared `electra/embeddings` (§6.3): [B, L] → [B, L, H]."""
+    """BertModel (docs/fidelity.md#encoder) under `scope`, on the shared `electra/embeddings`
+    (docs/fidelity.md#tying): [B, L] → [B, L, H]."""
     seq_length = input_ids.shape[1]
     x = (params["electra/embeddings/word_embeddings"][input_ids]
          + params["electra/embeddings/token_type_embeddings"][segment_ids]
@@ -69,7 +72,7 @@ def encoder(params, scope, num_heads, input_ids, input_mask, segment_ids):
 
 
 def scatter_update(sequence, updates, positions):
-    """§5.1: write updates [B, N] at positions [B, N] of sequence [B, L] (int), ignoring position 0;
+    """docs/fidelity.md#masking: write updates [B, N] at positions [B, N] of sequence [B, L] (int), ignoring position 0;
     a position hit k times gets the floor of the mean of its k updates. Returns (new, hit [B, L])."""
     hits = torch.zeros_like(sequence)
     sums = torch.zeros_like(sequence)
@@ -89,7 +92,8 @@ class Draws(NamedTuple):
 
 
 class Setup(NamedTuple):
-    """What the reference step needs beyond the weights (the hparams of §3.1 and §7)."""
+    """What the reference step needs beyond the weights (the hparams of
+    docs/fidelity.md#pretraining-config and docs/fidelity.md#optimizer-and-schedule)."""
 
     objective: str  # "electra" or "bert"
     disc_heads: int
@@ -109,7 +113,7 @@ class Setup(NamedTuple):
 
 
 def masked_lm_weights(input_mask, setup):
-    """§5.1: num_to_predict = max(1, min(N, round(sum(input_mask) * mask_prob))) slots per row."""
+    """docs/fidelity.md#masking: num_to_predict = max(1, min(N, round(sum(input_mask) * mask_prob))) slots per row."""
     counts = [max(1, min(setup.max_predictions_per_seq, round(float(n) * setup.mask_prob)))
               for n in input_mask.sum(1).tolist()]  # round: half to even, as TF's
     slots = torch.arange(setup.max_predictions_per_seq)
@@ -117,14 +121,16 @@ def masked_lm_weights(input_mask, setup):
 
 
 def forward(params, batch, draws, setup):
-    """One pretraining forward pass (§5.1-§5.4): {name: tensor} of the losses and intermediates."""
+    """One pretraining forward pass (docs/fidelity.md, #masking to #losses): {name: tensor} of the losses
+    and intermediates."""
     input_ids, input_mask, segment_ids = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
     weights = masked_lm_weights(input_mask, setup)  # [B, N]
     positions = draws.positions * weights.long()
     lm_ids = torch.gather(input_ids, 1, positions) * weights.long()  # [B, N]
     masked_input, _ = scatter_update(input_ids, torch.full_like(positions, setup.mask_id),
                                      positions * draws.to_mask.long())  # keep slots point at 0
-    # The generator: a separate smaller encoder for ELECTRA, the full `electra` one for BERT (§5.2).
+    # The generator: a separate smaller encoder for ELECTRA, the full `electra` one for BERT
+    # (docs/fidelity.md#sampling).
     electra = setup.objective == "electra"
     scope, heads = ("generator", setup.gen_heads) if electra else ("electra", setup.disc_heads)
     sequence = encoder(params, scope, heads, masked_input, input_mask, segment_ids)  # [B, L, Hg]
@@ -156,16 +162,17 @@ def forward(params, batch, draws, setup):
 
 
 def learning_rate(step, setup):
-    """§7: linear (power 1) decay to 0 from step 0, times min(1, step / warmup)."""
+    """docs/fidelity.md#optimizer-and-schedule: linear (power 1) decay to 0 from step 0, times min(1, step / warmup)."""
     progress = min(step, setup.num_train_steps) / setup.num_train_steps
     decayed = setup.learning_rate * (1.0 - progress) ** setup.lr_decay_power
     return decayed * min(1.0, step / setup.num_warmup_steps)
 
 
 def train_step(params, moments, batch, draws, step, setup):
-    """§7: gradients of the loss, clip_by_global_norm, then AdamWeightDecay (no bias correction) at
-    global step `step`. Returns (new params, new moments {name: (m, v)}, the forward outputs with
-    the step's global_norm and learning_rate, the unclipped gradients)."""
+    """docs/fidelity.md#optimizer-and-schedule: gradients of the loss, clip_by_global_norm, then
+    AdamWeightDecay (no bias correction) at global step `step`. Returns (new params, new moments
+    {name: (m, v)}, the forward outputs with the step's global_norm and learning_rate, the unclipped
+    gradients)."""
     leaves = {name: value.detach().clone().requires_grad_(True) for name, value in params.items()}
     out = forward(leaves, batch, draws, setup)
     names = sorted(leaves)

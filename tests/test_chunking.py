@@ -150,7 +150,7 @@ def test_chunk_task_interface(conll, tokenizer, tmp_path):
         (tmp_path / "chunk" / name).symlink_to(conll / name)
     task = get_task("chunk", root=str(tmp_path))
     config = SimpleNamespace(max_seq_length=task.presets["max_seq_length"], raw_data_dir=str(tmp_path),
-                             conlleval_chunks=False)
+                             do_lower_case=True, conlleval_chunks=False)
     dev = task.read(config, "dev", 30)
     features = task.featurize(dev, tokenizer, config, task_id=1, split="dev")
     assert len(features) == 30 and set(features.task_id) == {1} and len(task.mapping) == 42

@@ -15,7 +15,7 @@ def build(hparams=None, **values):
     return PretrainingConfig.from_hparams("m", "/data", {**(hparams or {}), **values})
 
 
-# Spec §3.1, every field of the original that is a dataclass field here, with its default.
+# docs/fidelity.md#pretraining-config: every field of the original that is a dataclass field here, with its default.
 ORIGINAL_DEFAULTS = dict(
     debug=False, do_train=True, do_eval=False, gen_weight=1.0, disc_weight=50.0, mask_prob=0.15,
     learning_rate=5e-4, lr_decay_power=1.0, weight_decay_rate=0.01, num_warmup_steps=10000,
@@ -183,6 +183,34 @@ def test_unknown_key_names_it_and_the_closest_valid_key():
         build(learnig_rate=1e-4)
     with pytest.raises(InputError, match=r"'electra_objectiv' \(did you mean 'electra_objective'"):
         build(electra_objectiv=False)
+
+
+@pytest.mark.parametrize("script", ["run_pretraining.py", "run_finetuning.py"])
+def test_nested_fields_are_type_checked_like_top_level_ones(script, tmp_path, capsys):
+    """A wrong type inside model_hparam_overrides (and task_names) is one line, as at the top level,
+    for both configs and through each script, before anything is written."""
+    from finetune.config import FinetuningConfig
+    from script_helpers import load_script
+    for config in (PretrainingConfig, FinetuningConfig):
+        with pytest.raises(InputError, match=r"^model_hparam_overrides\.hidden_size in --hparams must be int, "
+                                             r"got 'big'$"):
+            config.from_hparams("m", "/data", '{"model_size": "tiny", "model_hparam_overrides": {"hidden_size": "big"}}')
+        with pytest.raises(InputError, match=r"^model_hparam_overrides\.hidden_dropout_prob in hparams must be "
+                                             r"float, got '0.1'$"):
+            config.from_hparams("m", "/data", {"model_hparam_overrides": {"hidden_dropout_prob": "0.1"}})
+        with pytest.raises(InputError, match=r"unknown field\(s\) of model_hparam_overrides in hparams: "
+                                             r"'hiden_size' \(did you mean 'hidden_size'\?\)"):
+            config.from_hparams("m", "/data", {"model_hparam_overrides": {"hiden_size": 512}})
+        overrides = config.from_hparams("m", "/data", {"model_hparam_overrides": {"hidden_size": 2.56e2}})
+        assert overrides.model_hparam_overrides == {"hidden_size": 256}  # JSON's 2.56e2 is an int, as at the top
+    with pytest.raises(InputError, match=r"^task_names\[1\] in hparams must be str, got 3$"):
+        FinetuningConfig.from_hparams("m", "/data", {"task_names": ["mrpc", 3]})
+
+    code = load_script(script).main(["--data-dir", str(tmp_path), "--model-name", "m", "--hparams",
+                                     '{"model_size": "tiny", "model_hparam_overrides": {"hidden_size": "big"}}'])
+    err = capsys.readouterr().err
+    assert code == 2 and err == "error: model_hparam_overrides.hidden_size in --hparams must be int, got 'big'\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_derived_and_constructor_fields_cannot_be_set():

@@ -1,8 +1,8 @@
-"""The docs cannot drift from the code: every command shown in README.md, docs/*.md and
-benchmarks/RESULTS.md that runs one of the scripts parses with that script's own parser, every
-`--hparams` JSON names only fields of the config it sets, and the hparam and flag tables name
-only real hparams and flags (a flag table lists all of its script's flags), and relative links
-lead to files."""
+"""The docs cannot drift from the code: every command shown in README.md, docs/*.md,
+benchmarks/RESULTS.md and benchmarks/replication/REPORT.md that runs one of the scripts parses
+with that script's own parser, every `--hparams` JSON names only fields of the config it sets,
+and the hparam and flag tables name only real hparams and flags (a flag table lists all of its
+script's flags), and relative links lead to files."""
 
 import argparse
 import dataclasses
@@ -14,10 +14,13 @@ from contextlib import redirect_stderr
 from pathlib import Path
 
 from electra_tf.config import PretrainingConfig
+from electra_tf.errors import InputError
 from finetune.config import FinetuningConfig
+from finetune.tasks import check_user_tasks
 from script_helpers import REPO, load_script, script_call
 
-DOCS = [REPO / "README.md", REPO / "benchmarks" / "RESULTS.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", REPO / "benchmarks" / "RESULTS.md", REPO / "benchmarks" / "replication" / "REPORT.md",
+        *sorted((REPO / "docs").glob("*.md"))]
 # Which config a script's --hparams (or a page's hparam tables) set.
 HPARAMS_CONFIG = {"run_pretraining.py": PretrainingConfig, "convert_checkpoint.py": PretrainingConfig,
                   "run_finetuning.py": FinetuningConfig}
@@ -73,8 +76,14 @@ def hparam_keys(script: str, value) -> list:
         keys = json.loads(value)
     except json.JSONDecodeError as error:
         return [f"--hparams is not valid JSON ({error})"]
-    return [f"--hparams key {key!r} is not a field of {config.__name__}"
-            for key in keys if key not in settable(config)]
+    problems = [f"--hparams key {key!r} is not a field of {config.__name__}"
+                for key in keys if key not in settable(config)]
+    if config is FinetuningConfig and "tasks" in keys:  # a user task's spec: checked as a run checks it
+        try:
+            check_user_tasks(keys["tasks"])
+        except InputError as error:
+            problems.append(f"--hparams tasks: {error}")
+    return problems
 
 
 def test_every_documented_command_parses():
@@ -164,3 +173,20 @@ def test_relative_links_point_at_files():
     assert not broken, "links to missing files:\n" + "\n".join(broken)
     # the docs held 39 relative links on 2026-11-27: far fewer means the link reader stopped seeing them
     assert len(links) >= 30, f"only {len(links)} relative links found: is the extraction broken?"
+
+
+def heading_anchors(page: Path) -> set:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as '-'."""
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("#")}
+
+
+def test_fidelity_citations_name_a_section():
+    """Code, tests and docs cite the original's behaviours as `docs/fidelity.md#<section>`."""
+    anchors = heading_anchors(REPO / "docs" / "fidelity.md")
+    files = [path for folder in ("electra_tf", "pretrain_data", "finetune", "tests", "benchmarks", "docs")
+             for path in (REPO / folder).rglob("*") if path.suffix in (".py", ".md")]
+    cited = [(path, anchor) for path in files + [REPO / "README.md"]
+             for anchor in re.findall(r"fidelity\.md#([\w-]+)", path.read_text(encoding="utf-8"))]
+    broken = [f"{path.relative_to(REPO)}: #{anchor}" for path, anchor in cited if anchor not in anchors]
+    assert cited and not broken, "citations of missing sections of docs/fidelity.md:\n" + "\n".join(broken)

@@ -91,7 +91,7 @@ def test_layerwise_multipliers_of_every_finetuning_variable(data_dir, layers, de
     model = FinetuningModel(config.encoder_config(), [get_task("mrpc"), get_task("sts")])
     table = layerwise_decay.lr_multiplier_table(model.trainable_variables, layers, decay)
     assert len(table) == len(model.trainable_variables)
-    for name, multiplier in table.items():  # spec §7: decay ** (n_layers + 2 - depth)
+    for name, multiplier in table.items():  # docs/fidelity.md#layer-wise-decay: decay ** (n_layers + 2 - depth)
         if name.startswith("electra/embeddings"):  # the embedding block and its projection: depth 0
             expected = decay ** (layers + 2)
         elif name.startswith("task_specific/"):

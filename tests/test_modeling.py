@@ -8,7 +8,8 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.errors import InputError
-from checkpoint_helpers import encoder_shapes  # the spec §6.4 names, written out once
+# the original's names (docs/fidelity.md#checkpoint-names), written out once
+from checkpoint_helpers import encoder_shapes
 from electra_tf.modeling import BertConfig, ElectraModel, build_encoder, generator_config
 
 SMALL = dict(hidden_size=256, num_hidden_layers=12, num_attention_heads=4, intermediate_size=1024, embedding_size=128)
@@ -118,8 +119,8 @@ def test_tied_generator_is_the_discriminator_encoder():
                                                         "discriminator_predictions"}
 
 
-def test_bert_objective_has_only_the_encoder_and_the_mlm_head():
-    model = ElectraModel(TINY, objective="bert")
+def test_bert_layout_has_only_the_encoder_and_the_mlm_head():
+    model = ElectraModel(TINY, layout="bert")
     expected = encoder_shapes("electra", 8, 16, 2, 6, 13, own_embeddings=True, positions=16)
     expected.update(_mlm_head_names(8, 6, 13))
     assert _names(model) == expected
@@ -128,7 +129,7 @@ def test_bert_objective_has_only_the_encoder_and_the_mlm_head():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(objective="electric"), "objective"),
+    (dict(layout="electric"), "layout"),
     (dict(gen_config=None), "gen_config"),
     (dict(gen_config=generator_config(BertConfig(vocab_size=14, hidden_size=8, num_attention_heads=2,
                                                  embedding_size=6), 0.5, 0.5)), "vocab_size"),

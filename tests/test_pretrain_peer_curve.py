@@ -1,6 +1,7 @@
 """benchmarks/pretrain_peer_curve.py, the independent pretraining it compares our runs with: its
-masking, schedule, sampling, labels, losses and AUC are the original's (§5.1-5.5, §7), its ELECTRA
-shares what the original shares (§6.3), and it reads our log's windows right."""
+masking, schedule, sampling, labels, losses and AUC are the original's (docs/fidelity.md, #masking to
+#metrics, and docs/fidelity.md#optimizer-and-schedule), its ELECTRA shares what the original shares
+(docs/fidelity.md#tying), and it reads our log's windows right."""
 
 import math
 
@@ -53,7 +54,8 @@ def test_peer_curve_masks_as_the_original(with_replacement):
 
 
 def test_peer_curve_schedule_is_our_optimizers():
-    """§7: linear decay from step 0 times min(1, step / warmup), as PolynomialDecayWithWarmup."""
+    """docs/fidelity.md#optimizer-and-schedule: linear decay from step 0 times min(1, step / warmup),
+    as PolynomialDecayWithWarmup."""
     from electra_tf.optimization import PolynomialDecayWithWarmup
     ours = PolynomialDecayWithWarmup(1e-3, 3312, warmup_steps=199)
     for step in (0, 49, 99, 199, 1000, 3312):
@@ -62,8 +64,8 @@ def test_peer_curve_schedule_is_our_optimizers():
 
 
 def test_peer_optimizer_is_adamw_without_bias_correction():
-    """§7: m and v without bias correction, update m / (sqrt(v) + 1e-6), plus 0.01 x the weight except
-    on LayerNorm and bias names."""
+    """docs/fidelity.md#optimizer-and-schedule: m and v without bias correction, update
+    m / (sqrt(v) + 1e-6), plus 0.01 x the weight except on LayerNorm and bias names."""
     import torch
     named = [("encoder.dense.weight", torch.nn.Parameter(torch.tensor([1.0, -2.0]))),
              ("encoder.LayerNorm.weight", torch.nn.Parameter(torch.tensor([1.0, -2.0]))),
@@ -103,8 +105,9 @@ def test_peer_curve_reads_only_one_runs_full_windows(tmp_path):
 
 
 def test_fake_input_writes_the_sample_into_every_used_slot():
-    """§5.2: the sample goes into every used slot, kept ones too; unused slots (weight 0, position 0)
-    write nothing; a sample equal to the original is labelled real (§5.2's is_fake_tokens)."""
+    """docs/fidelity.md#sampling: the sample goes into every used slot, kept ones too; unused slots
+    (weight 0, position 0)
+    write nothing; a sample equal to the original is labelled real (the original's is_fake_tokens)."""
     ids = np.array([[1, 20, 21, 22, 2, 0]])
     positions = np.array([[1, 2, 3, 0]])
     weights = np.array([[1.0, 1.0, 1.0, 0.0]])
@@ -126,7 +129,8 @@ def test_gumbel_max_samples_the_softmax():
 
 
 def test_disc_loss_is_the_token_mean_over_real_tokens():
-    """§5.4: summed over real tokens ([CLS] and [SEP] included), over their count; padding ignored."""
+    """docs/fidelity.md#losses: summed over real tokens ([CLS] and [SEP] included), over their count;
+    padding ignored."""
     import torch
     logits = torch.tensor([[0.0, 2.0, -1.0, 5.0]], dtype=torch.float64)
     labels = np.array([[0.0, 1.0, 0.0, 1.0]])
@@ -147,8 +151,8 @@ def test_roc_auc_counts_ties_half():
 
 
 def test_peer_electra_shares_the_embeddings_and_sizes_the_generator():
-    """§6.3: one embedding module (word, position, segment tables and their LayerNorm) and the output
-    matrix are the generator's and the discriminator's; each keeps its own projection. §3: the
+    """docs/fidelity.md#tying: one embedding module (word, position, segment tables and their LayerNorm) and the output
+    matrix are the generator's and the discriminator's; each keeps its own projection. docs/fidelity.md#model-sizes: the
     generator is a quarter as wide (64, 1 head, FFN 256) with the same 4 layers. The optimizer sees
     every shared weight once."""
     generator, discriminator = build_models("electra", 100)

@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from electra_tf.training.curves import eval_curve_table
-from electra_tf.training.run_summary import LEARNING_MARGIN, summarize_run
+from demo_support.curves import eval_curve_table
+from demo_support.run_summary import LEARNING_MARGIN, summarize_run
 
 FIRST = dict(masked_lm_accuracy=0.0, masked_lm_accuracy_at_mask=0.0, sampled_masked_lm_accuracy=0.0,
              disc_loss=0.70, disc_loss_constant_predictor=0.42, disc_auc=0.53)

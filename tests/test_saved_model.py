@@ -40,6 +40,8 @@ LOAD_AND_RUN = textwrap.dedent("""
         spec = serving.structured_input_signature[1]["text"]
         assert spec.dtype == tf.string and spec.shape.as_list() == [None], spec
         out = serving(text=tf.constant(texts))
+        embedded = loaded.signatures["embed"](text=tf.constant(texts))
+        out.update({"embed_" + name: value for name, value in embedded.items()})
         np.savez(output, **{name: value.numpy() for name, value in out.items()})
         open(output + ".json", "w").write(json.dumps(served_precision(loaded, serving)))
 """)
@@ -101,6 +103,11 @@ def test_fresh_process_gives_the_keras_models_outputs(exported, served, vocab_fi
     expected = 1 / (1 + np.exp(-logits.astype(np.float64))) * mask
     np.testing.assert_allclose(served["replaced_probability"], expected, atol=1e-6, rtol=0)
     assert served["replaced_probability"][mask == 1].std() > 0.01  # not a constant: real weights
+    sequence = built.model.network.discriminator(ids, mask, np.zeros_like(ids)).numpy()  # [B, L, H]
+    real = mask[:, :, np.newaxis]
+    np.testing.assert_allclose(served["embed_mean"], (sequence * real).sum(1) / real.sum(1), atol=2e-5, rtol=0)
+    np.testing.assert_allclose(served["embed_cls"], sequence[:, 0], atol=2e-5, rtol=0)
+    np.testing.assert_allclose(served["embed_tokens"], sequence * real, atol=2e-5, rtol=0)
 
 
 def test_the_projection_is_stored_once(exported):

@@ -1,5 +1,6 @@
 """Training-step parity: two full pretraining steps of electra_tf against an independent PyTorch
-float64 implementation of the original's math (`electra_reference.py`, written from the spec).
+float64 implementation of the original's math (`electra_reference.py`, written from docs/fidelity.md,
+not from electra_tf).
 
 Both start from the same weights (every variable randomised, so no default value such as a zero
 bias can hide a mistake), see the same batches and then each follow their own trajectory. The
@@ -138,7 +139,7 @@ def run_tf(objective: str, kernels: bool):
 
 
 def expected_shapes(config) -> dict:
-    """The spec's (§6.4) variables of this model, by name."""
+    """The original's variables (docs/fidelity.md#checkpoint-names) of this model, by name."""
     if config.objective == "electra":
         return electra_shapes(VOCAB, EMB, HIDDEN, LAYERS, GEN_HIDDEN, LAYERS)
     shapes = encoder_shapes("electra", HIDDEN, 4 * HIDDEN, LAYERS, EMB, VOCAB, True)
@@ -155,7 +156,7 @@ def to_torch(values: dict) -> dict:
 def tf_draws(output, uniform) -> Draws:
     """The step's random choices as the reference takes them: positions, [MASK]-or-keep per slot
     (read off the masked input; a position drawn twice reads as [MASK] if either slot masked it,
-    which is what the spec's scatter rule makes of it too) and the Gumbel uniforms."""
+    which is what the original's scatter rule makes of it too) and the Gumbel uniforms."""
     positions = output.masked.masked_lm_positions.numpy()
     to_mask = np.take_along_axis(output.masked.masked_input_ids.numpy(), positions, 1) == IDS["mask_id"]
     return Draws(torch.from_numpy(positions.astype(np.int64)), torch.from_numpy(to_mask),
@@ -209,7 +210,7 @@ LOSS_RTOL, TENSOR_RTOL, TENSOR_ATOL, WEIGHT_ATOL = 1e-6, 3e-5, 1e-8, 1e-5
 def test_two_steps_match_the_reference(objective, kernels_on):
     config, initial, records, tf_moments = run_tf(objective, kernels_on)
     assert {name: value.shape for name, value in initial.items()} == expected_shapes(config)
-    setup = Setup(objective=objective, disc_heads=HEADS, gen_heads=max(1, GEN_HIDDEN // 64),  # §3.2
+    setup = Setup(objective=objective, disc_heads=HEADS, gen_heads=max(1, GEN_HIDDEN // 64),  # fidelity.md#model-sizes
                   mask_id=IDS["mask_id"],
                   mask_prob=config.mask_prob, max_predictions_per_seq=config.max_predictions_per_seq,
                   learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,

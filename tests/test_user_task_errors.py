@@ -15,13 +15,14 @@ CSV = {"type": "classification", "format": "csv", "train": "t/train.csv", "dev":
 GOOD_CSV = "text,label\nfine film,pos\ndull film,neg\n"
 
 
-def load(tmp_path, spec: dict, files: dict):
+def load(tmp_path, spec: dict, files: dict, **hparams):
     """Writes `files` ({name under finetuning_data/t: text or bytes}) and loads the task `t`."""
     folder = tmp_path / "finetuning_data" / "t"
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    config = FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": ["t"], "tasks": {"t": spec}})
+    config = FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": ["t"], "tasks": {"t": spec},
+                                                                **hparams})
     return load_task_data(config, make_tokenizer(config))
 
 
@@ -35,6 +36,7 @@ def vocab(tmp_path, vocab_file):
      r"t/train.csv:1: no column 'review' for the text; the header's columns are 'text', 'label'"),
     (CSV, {"train.csv": GOOD_CSV + "odd,film,pos\n", "dev.csv": GOOD_CSV},
      r"t/train.csv:4: 3 fields, but the header has 2"),
+    (CSV, {"train.csv": GOOD_CSV + "lonely\n", "dev.csv": GOOD_CSV}, r"t/train.csv:4: 1 fields, but the header has 2"),
     (CSV, {"train.csv": GOOD_CSV + '"never closed,pos\n', "dev.csv": GOOD_CSV},
      r"t/train.csv:4: malformed CSV .*quote"),
     (CSV, {"train.csv": "text,label\n ,pos\n", "dev.csv": GOOD_CSV},
@@ -48,8 +50,12 @@ def vocab(tmp_path, vocab_file):
     (CSV, {"train.csv": b"text,label\nfine,pos\ncaf\xe9,neg\n", "dev.csv": GOOD_CSV},
      r"t/train.csv:3: bytes that are not UTF-8"),
     ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
-     {"train.jsonl": '{"tokens": ["a", "b"], "tags": ["O", "O"]}\n{"tokens": ["John", "ran", "off"], "tags": ["B-PER", "O"]}\n'},
+     {"train.jsonl": '{"tokens": ["a", "b"], "tags": ["O", "O"]}\n'
+                     '{"tokens": ["John", "ran", "off"], "tags": ["B-PER", "O"]}\n'},
      r"t/train.jsonl:2: 3 tokens but 2 tags"),
+    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"tokens": ["John"], "tags": ["B-PER"]}\n{"tokens": ["Paris"], "tags": ["LOC"]}\n'},
+     r"t/train.jsonl:2: tag 'LOC' is not O or B-/I-<type> \(iob2\)"),
     ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt"},
      {"train.txt": "-DOCSTART- -X- O\n\nJohn NNP B-PER\nran VBD X-PER\n"},
      r"t/train.txt:4: tag 'X-PER' is not O or B-/I-<type>"),
@@ -81,6 +87,13 @@ def test_bad_task_specs_are_refused(tmp_path, tasks, message):
 def test_an_undefined_task_name_lists_the_defined_ones(tmp_path):
     with pytest.raises(InputError, match=r"unknown task 'reviews'.*the tasks defined under \"tasks\": t"):
         FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": ["reviews"], "tasks": {"t": CSV}})
+
+
+def test_a_test_label_train_never_had_names_its_line(tmp_path):
+    with pytest.raises(InputError, match=r"t/test.csv:3: label 'meh' is not one of the task's labels"):
+        load(tmp_path, {**CSV, "test": "t/test.csv"}, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV,
+                                                         "test.csv": "text,label\nfine,pos\nso-so,meh\n"},
+             write_test_outputs=True)
 
 
 def test_the_script_writes_nothing_on_bad_input(tmp_path, capsys):

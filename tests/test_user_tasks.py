@@ -9,9 +9,11 @@ import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from scipy import stats
 from sklearn import metrics as sk
 
+import convert_checkpoint
 from electra_tf.training.interruption import Interruption
 from finetune import chunking
 from finetune.config import FinetuningConfig
@@ -100,6 +102,7 @@ def test_conll_as_a_tagging_task_predicts_what_chunk_predicts(data_dir):
     user, user_predictions, data = trained(config_of(data_dir, task_names=["phrases"], tasks={"phrases": PHRASES}))
     assert len(data.tasks[0].tags) == 42  # the BIOES tags of both files, as chunk's
     assert all(np.array_equal(a, b) for a, b in zip(user_predictions, built_in_predictions))
+    assert list(user["phrases"])[:3] == ["f1", "precision", "recall"]  # the main score first
     for metric in ("f1", "precision", "recall"):
         assert user["phrases"][metric] == built_in["chunk"][metric]
     assert {"NP/f1", "VP/recall", "PP/precision"} <= set(user["phrases"])  # per-type scores too
@@ -108,8 +111,9 @@ def test_conll_as_a_tagging_task_predicts_what_chunk_predicts(data_dir):
 def test_multilabel_and_regression_metrics_equal_independent_ones(data_dir):
     topics = {"type": "multilabel", "format": "jsonl", "train": "topics/train.jsonl", "dev": "topics/dev.jsonl",
               "text": "text", "label": "topics", "threshold": 0.4}
-    scores, probabilities, data = trained(config_of(data_dir, task_names=["topics"], tasks={"topics": topics},
-                                                    num_train_epochs=3.0, learning_rate=3e-3))
+    config = config_of(data_dir, task_names=["topics"], tasks={"topics": topics}, num_train_epochs=3.0,
+                       learning_rate=3e-3)
+    scores, probabilities, data = trained(config)
     task = data.tasks[0]
     gold = np.stack([e.label for e in data.dev[0].examples]) > 0.5
     predicted = probabilities >= 0.4
@@ -118,6 +122,13 @@ def test_multilabel_and_regression_metrics_equal_independent_ones(data_dir):
                                                                            zero_division=0))
     assert scores["topics"]["macro_f1"] == pytest.approx(100 * sk.f1_score(gold, predicted, average="macro",
                                                                            zero_division=0))
+    assert convert_checkpoint.main(["saved-model", "--model-dir", config.model_dir(1), "--output-dir",
+                                    str(data_dir / "topics_served")]) == 0
+    served = tf.saved_model.load(str(data_dir / "topics_served")).signatures["serving_default"]
+    outputs = served(text_a=tf.constant([e.text_a for e in data.dev[0].examples]))
+    np.testing.assert_allclose(outputs["probabilities"].numpy(), probabilities, atol=1e-5)
+    assert outputs["labels"].numpy().tolist()[0] == [name.encode() if p >= 0.4 else b""
+                                                     for name, p in zip(task.labels, probabilities[0])]
     np_index = task.labels.index("NP")
     assert scores["topics"]["NP/f1"] == pytest.approx(100 * sk.f1_score(gold[:, np_index], predicted[:, np_index]))
 
@@ -178,3 +189,24 @@ def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data)
     written = [json.loads(line) for line in path.read_text().splitlines()]
     assert [row["id"] for row in written] == ["t1", "t2"] and {row["label"] for row in written} <= {"happy", "sad"}
     assert (data_dir / "ticket_results" / "tickets_results.txt").is_file()
+
+
+def test_squad_mixes_with_a_classifier(tmp_path, shared_data, vocab_file):
+    """A SQuAD task and a classification task share a run's batches: each row keeps its own keys,
+    the other task's are zeros, and one training step runs on the mixed batch."""
+    (tmp_path / "finetuning_data" / "squadv1").mkdir(parents=True)
+    (tmp_path / "finetuning_data" / "squadv1" / "train.json").symlink_to(
+        shared_data / "squad" / "train-v1.1-subset-44articles.json")
+    (tmp_path / "finetuning_data" / "SST-2").symlink_to(shared_data / "glue" / "SST-2")
+    (tmp_path / "vocab.txt").symlink_to(vocab_file)
+    config = FinetuningConfig.from_hparams("tiny", str(tmp_path), {**BASE, "task_names": ["sst", "squadv1"],
+                                                                   "max_examples": 8, "max_seq_length": 64,
+                                                                   "do_eval": False})
+    data = load_task_data(config, make_tokenizer(config))
+    squad_rows = len(data.train.parts[1])
+    batch = data.train_batch(data.train, np.array([0, 8, 1, 9]))  # sst, squad, sst, squad
+    assert batch["task_id"].tolist() == [0, 1, 0, 1] and squad_rows >= 8
+    assert batch["start_positions"][[0, 2]].tolist() == [0, 0] and batch["is_impossible"].shape == (4,)
+    trial = Trial(config, data, 1, io.StringIO())
+    loss = trial.compile_train_step(10)(batch)
+    assert np.isfinite(float(loss)) and float(loss) > 0

@@ -2,7 +2,7 @@
 project's model dirs, and SavedModels on raw text (issue #5).
 
 Every format is read into one currency, `PretrainedWeights`: numpy arrays keyed by the original
-TF1 variable names (spec §6.4, without ":0"), plus the PretrainingConfig of the model they fit.
+TF1 variable names (docs/fidelity.md#checkpoint-names, without ":0"), plus the PretrainingConfig of the model they fit.
 `assign_weights` puts them into any model built with this project's layers and reports what was
 loaded, missing and unused.
 """

@@ -207,7 +207,7 @@ def _to_tf1(tensors: Dict[str, np.ndarray], pairs: List[Pair], role: str, direct
         value = tensors[hf].T if transposed else tensors[hf]
         if tf1 in values and not np.array_equal(values[tf1], value):
             raise InputError(f"{directory}: {hf} differs from {tf1}, which it shares in this project "
-                             "(the generator's embedding block and output table, spec §6.3)")
+                             "(the generator's embedding block and output table, docs/fidelity.md#tying)")
         values[tf1] = np.ascontiguousarray(value, np.float32)
     taken = {hf for _, hf, _ in pairs}
     values.update({f"{role}/{key}": value for key, value in tensors.items() if key not in taken})

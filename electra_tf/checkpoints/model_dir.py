@@ -19,6 +19,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf.config import PretrainingConfig
+from electra_tf import disk_full
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.pretraining import PretrainingModel
@@ -168,13 +169,16 @@ def check_output(output_dir, overwrite: bool) -> None:
 def staged_output(output_dir, overwrite: bool) -> Iterator[Path]:
     """A temporary dir beside `output_dir` that becomes `output_dir` only when the block succeeds,
     so a failed conversion leaves nothing half-written. An existing `output_dir` is an error
-    unless `overwrite` (then it is replaced at the end)."""
+    unless `overwrite` (then it is replaced at the end). A write that finds the disk full is one
+    line (`DiskFull`) naming `output_dir`, after which the staging dir is removed."""
     output_dir = Path(output_dir)
     check_output(output_dir, overwrite)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    kept = f"nothing was written to {output_dir}" + (" (the existing one is untouched)" if output_dir.exists() else "")
     try:
-        yield staging
+        with disk_full.reported(lambda: f"{kept}: free space and run the same command again", path=output_dir):
+            yield staging
         if output_dir.exists():
             shutil.rmtree(output_dir)
         os.replace(staging, output_dir)

@@ -1,4 +1,4 @@
-"""The original release's TF1 checkpoints (spec §6.4): read, write, and infer the model size.
+"""The original release's TF1 checkpoints (docs/fidelity.md#checkpoint-names): read, write, and infer the model size.
 
 A TF1 checkpoint is a prefix (`model.ckpt-4000000`) with `.index` and `.data-*` files, or a
 directory whose `checkpoint` state file names the latest one. Its variables are keyed by the

@@ -1,6 +1,6 @@
 """Loading named weights into variables, with a report of what was loaded, missing and unused.
 
-Weights are keyed by the original release's TF1 variable names (spec §6.4) without ":0", e.g.
+Weights are keyed by the original release's TF1 variable names (docs/fidelity.md#checkpoint-names) without ":0", e.g.
 `electra/encoder/layer_0/attention/self/query/kernel`; this project's variables carry the same
 names, so a variable and its weight meet by name alone.
 """

@@ -4,7 +4,8 @@ Signature `serving_default(text: tf.string [B])` returns
     input_ids             int32 [B, L]   [CLS] tokens [SEP], zero-padded to the batch's longest
     input_mask            int32 [B, L]   1 on tokens, 0 on padding
     replaced_probability  float32 [B, L] sigmoid of the replaced-token logit; 0 on padding
-with L ≤ max_seq_length (longer texts are cut to max_seq_length - 2 tokens, as the original's
+and `embed(text)` the encoder's vectors (`embedding_outputs`; every fine-tuned model's SavedModel
+has it too), with L ≤ max_seq_length (longer texts are cut to max_seq_length - 2 tokens, as the original's
 fine-tuning featurizer). Loading it needs `import tensorflow_text` first (its WordPiece op).
 
 `precision` "mixed_bfloat16" builds the served layers under tf_keras's mixed_bfloat16 policy: the
@@ -17,7 +18,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from electra_tf.config import UNSCALED_PRECISIONS
+from electra_tf.config import UNSCALED_PRECISIONS, has_rtd_loss
 from electra_tf.errors import InputError
 from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
 from electra_tf.modeling.layer_utils import build_in_scope
@@ -27,6 +28,7 @@ from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, checkpoin
 from electra_tf.checkpoints.report import LoadReport, assign_weights
 
 SIGNATURE = "serving_default"
+EMBED = "embed"  # the encoder's vectors, in every SavedModel
 
 
 def check_precision(precision: str) -> None:
@@ -51,6 +53,20 @@ def encode(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
     return ids.to_tensor(tokenizer.pad_id), mask.to_tensor(0)
 
 
+def pooled(sequence, input_mask) -> dict:
+    """sequence [B, L, H], input_mask [B, L] -> the `[CLS]` vector and the mean over real tokens, [B, H]."""
+    mask = tf.cast(input_mask, sequence.dtype)[:, :, tf.newaxis]  # [B, L, 1]
+    return {"cls": sequence[:, 0], "mean": tf.reduce_sum(sequence * mask, 1) / tf.reduce_sum(mask, 1)}
+
+
+def embedding_outputs(encoder, input_ids, input_mask, segment_ids) -> dict:
+    """The `embed` signature's outputs: `cls` and `mean` float32 [B, H], `tokens` float32 [B, L, H]
+    (each token's vector, 0 on padding), with the `input_ids` and `input_mask` they belong to."""
+    sequence = tf.cast(encoder(input_ids, input_mask, segment_ids, training=False), tf.float32)  # [B, L, H]
+    tokens = sequence * tf.cast(input_mask, tf.float32)[:, :, tf.newaxis]
+    return {**pooled(sequence, input_mask), "tokens": tokens, "input_ids": input_ids, "input_mask": input_mask}
+
+
 class DiscriminatorServer(tf.Module):
     """Tokenizer + discriminator encoder + replaced-token head, served on raw strings."""
 
@@ -69,12 +85,17 @@ class DiscriminatorServer(tf.Module):
         probability = tf.reshape(probability, tf.shape(input_ids))  # [B, L]
         return {"input_ids": input_ids, "input_mask": input_mask, "replaced_probability": probability}
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def embed(self, text):
+        input_ids, input_mask = encode(self.tokenizer, text, self.max_seq_length)  # [B, L]
+        return embedding_outputs(self.encoder, input_ids, input_mask, tf.zeros_like(input_ids))
+
 
 def build_server(config, values, vocab_file, precision: str = "float32") -> tuple:
     """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned, computing in
     `precision`."""
     check_precision(precision)
-    if config.objective not in ("electra", "electra_15") and "discriminator_predictions/dense/kernel" not in values:
+    if not has_rtd_loss(config.objective) and "discriminator_predictions/dense/kernel" not in values:
         raise InputError(f"objective {config.objective!r} has no replaced-token head to serve")
     disc = config.discriminator_config()
     with precision_scope(precision):  # the layers keep it; their variables are float32 either way
@@ -96,5 +117,5 @@ def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision
     config, values = read_model_dir(model_dir, checkpoint_at(model_dir, step))
     server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision)
     with staged_output(output_dir, overwrite) as staging:
-        tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve})
+        tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
     return report

@@ -1,4 +1,4 @@
-"""The pre-training network: generator + discriminator with the original's weight tying (spec §5.2, §5.3, §6.3).
+"""The pre-training network: generator + discriminator with the original's weight tying (docs/fidelity.md#tying).
 
 This module only builds the networks and computes logits. Masking, sampling and losses belong to
 the objectives, which call `generator_logits` and `discriminator_logits`.
@@ -16,20 +16,22 @@ from electra_tf.modeling.heads import DiscriminatorHead, MaskedLMHead
 from electra_tf.modeling.layer_utils import build_in_scope
 from electra_tf.modeling.transformer import build_encoder
 
-OBJECTIVES = ("electra", "bert")
+# What `ElectraModel` builds: "electra", a generator and a discriminator (with the replaced-token
+# head); "bert", one encoder with the MLM head and no discriminator.
+NETWORK_LAYOUTS = ("electra", "bert")
 
 
 class ElectraModel(tf_keras.Model):
     """Generator and discriminator, all variables created at construction with the original's names.
 
-    - `objective="electra"`, `untied_generator=True` (the normal case): the discriminator encoder
+    - `layout="electra"`, `untied_generator=True` (the normal case): the discriminator encoder
       `electra/*` owns the embedding block; the generator encoder `generator/*` (sized by
       `gen_config`) shares the whole block (word, position and token-type tables and the LayerNorm)
       and has its own `generator/embeddings_project` when E != Hg.
       `untied_generator_embeddings=True` gives the generator its own `generator/embeddings` of
       width Hg (then no projection).
     - `untied_generator=False`: the generator IS the discriminator encoder (same object).
-    - `objective="bert"`: MLM only; the `generator_predictions` head sits on the `electra` encoder
+    - `layout="bert"`: MLM only; the `generator_predictions` head sits on the `electra` encoder
       and there is no discriminator head.
 
     Heads: `generator_predictions` (MLM, tied to the generator's word table) and
@@ -39,14 +41,14 @@ class ElectraModel(tf_keras.Model):
 
     def __init__(self, disc_config: BertConfig, gen_config: Optional[BertConfig] = None,
                  untied_generator_embeddings: bool = False, untied_generator: bool = True,
-                 objective: str = "electra", name: str = "electra_model", **kwargs):
+                 layout: str = "electra", name: str = "electra_model", **kwargs):
         super().__init__(name=name, **kwargs)
-        if objective not in OBJECTIVES:
-            raise InputError(f"objective {objective!r}: expected one of {list(OBJECTIVES)}")
-        separate_generator = objective == "electra" and untied_generator
+        if layout not in NETWORK_LAYOUTS:
+            raise InputError(f"layout {layout!r}: expected one of {list(NETWORK_LAYOUTS)}")
+        separate_generator = layout == "electra" and untied_generator
         if separate_generator:
             gen_config = _checked_generator_config(disc_config, gen_config, untied_generator_embeddings)
-        self.objective = objective
+        self.layout = layout
         self.disc_config = disc_config
 
         # Discriminator first: it owns the shared embeddings, which must be named `electra/embeddings/*`.
@@ -61,7 +63,7 @@ class ElectraModel(tf_keras.Model):
         self.generator_head = MaskedLMHead(disc_config, self.generator.embeddings)
         build_in_scope(self.generator_head, [None, None, self.generator.config.hidden_size])
         self.discriminator_head = None
-        if objective == "electra":
+        if layout == "electra":
             self.discriminator_head = DiscriminatorHead(disc_config)
             build_in_scope(self.discriminator_head, None)
         self.built = True
@@ -77,7 +79,7 @@ class ElectraModel(tf_keras.Model):
     def discriminator_logits(self, input_ids, input_mask, segment_ids, training=False) -> tf.Tensor:
         """Replaced-token logits of the discriminator on input ids [B, L] → float32 [B, L]."""
         if self.discriminator_head is None:
-            raise ValueError("the BERT objective has no discriminator head")
+            raise ValueError("the BERT layout has no discriminator head")
         sequence_output = self.discriminator(input_ids, input_mask, segment_ids, training=training)
         return self.discriminator_head(sequence_output)
 
@@ -86,7 +88,7 @@ def _checked_generator_config(disc_config: BertConfig, gen_config: Optional[Bert
                               untied_embeddings: bool) -> BertConfig:
     """The generator's config with its embedding width fixed: Hg if untied, else the shared E."""
     if gen_config is None:
-        raise InputError("gen_config is required for the ELECTRA objective with an untied generator "
+        raise InputError("gen_config is required for the ELECTRA layout with an untied generator "
                          "(see bert_config.generator_config)")
     if gen_config.vocab_size != disc_config.vocab_size:
         raise InputError(f"generator vocab_size {gen_config.vocab_size} != discriminator vocab_size "

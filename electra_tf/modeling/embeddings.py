@@ -2,7 +2,7 @@
 
 One `Embeddings` object is the whole block of the original (three tables AND the LayerNorm,
 variables `electra/embeddings/*`), so the generator and the discriminator share all of it by
-holding the same object (spec §6.3). Model Garden ties only the word table, hence this layer.
+holding the same object (docs/fidelity.md#tying). Model Garden ties only the word table, hence this layer.
 """
 
 import tensorflow as tf

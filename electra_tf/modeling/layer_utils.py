@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tf_keras
 
-# The original's `contrib.layers.layer_norm` epsilon (see the spec §6.2; HF uses the same value).
+# The original's `contrib.layers.layer_norm` epsilon (docs/fidelity.md#encoder; HF uses the same value).
 LAYER_NORM_EPSILON = 1e-12
 
 

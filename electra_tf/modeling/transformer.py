@@ -20,7 +20,6 @@ A served encoder (`Encoder.freeze_qkv`) holds, per layer, frozen_qkv_{kernel [H,
 the query, key and value variables.
 """
 
-import math
 from typing import List, Optional, Union
 
 import tensorflow as tf
@@ -28,10 +27,10 @@ import tf_keras
 
 from electra_tf import cpu_kernels
 from electra_tf.modeling.bert_config import BertConfig
+from electra_tf.modeling.block_ops import attention_core, bias_activation, dropout_residual_layer_norm
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.embeddings import Embeddings
-from electra_tf.modeling.layer_utils import (build_in_scope, get_activation, layer_norm,
-                                             matmul_transposed_kernel_grad, truncated_normal)
+from electra_tf.modeling.layer_utils import build_in_scope, layer_norm, matmul_transposed_kernel_grad, truncated_normal
 
 # Added to the attention scores of padding positions, as the original (not -inf: softmax stays finite).
 MASK_ADDER = -10000.0
@@ -48,16 +47,14 @@ class SelfAttention(tf_keras.layers.Layer):
 
     Variables `{query,key,value}/{kernel [H,H], bias [H]}`, exactly the original's (three Dense
     layers); they are concatenated on the fly into one [H, 3H] projection (one matmul, not three),
-    or once for a served graph (`freeze_qkv`).
-    The core after the projection runs as TensorFlow ops, or on CPU as one fused kernel where
-    `cpu_kernels.usable` (same math and dropout mask).
+    or once for a served graph (`freeze_qkv`). The core after the projection is
+    `block_ops.attention_core` (a fused CPU kernel where it can be).
     """
 
     def __init__(self, config: BertConfig, name: str = "self", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config = config
         self.num_heads = config.num_attention_heads
-        self.head_size = config.hidden_size // config.num_attention_heads
         # Never called: they hold the variables, and `call` runs the three as one matmul.
         self.query, self.key, self.value = (
             tf_keras.layers.Dense(config.hidden_size, kernel_initializer=truncated_normal(config.initializer_range),
@@ -77,12 +74,14 @@ class SelfAttention(tf_keras.layers.Layer):
         With `token_rows` (int32 [N], `unpadded_rows`), x holds only the N real tokens [N, H], and so
         does the result: the projections skip the padding, which the scores need only as masked keys.
         """
-        batch, seq_length = tf.shape(mask_bias)[0], tf.shape(mask_bias)[3]
+        if self.frozen_qkv is not None and (training is True or tf.is_tensor(training)):
+            raise ValueError(f"{self.name}: its Q/K/V kernels were frozen for serving; it cannot train")
         kernel, qkv_bias = self.qkv_weights()  # [H, 3H], [3H]
         qkv = tf.nn.bias_add(tf.matmul(x, kernel), qkv_bias)  # [B*L or N, 3H]
         if token_rows is not None:  # back to the padded layout, zeros on padding: [B*L, 3H]
-            qkv = tf.scatter_nd(token_rows[:, tf.newaxis], qkv, [batch * seq_length, tf.shape(qkv)[1]])
-        context = self._core(qkv, mask_bias, training, batch, seq_length)  # [B*L, H]
+            padded_rows = tf.shape(mask_bias)[0] * tf.shape(mask_bias)[3]
+            qkv = tf.scatter_nd(token_rows[:, tf.newaxis], qkv, [padded_rows, tf.shape(qkv)[1]])
+        context = attention_core(qkv, mask_bias, self.dropout, self.num_heads, training)  # [B*L, H]
         return context if token_rows is None else tf.gather(context, token_rows)  # [N, H]
 
     def qkv_weights(self):
@@ -116,45 +115,15 @@ class SelfAttention(tf_keras.layers.Layer):
                 children.pop(name, None)
         return children
 
-    def _core(self, qkv, mask_bias, training, batch, seq_length):
-        """Scaled dot-product attention over the padded layout: qkv [B*L, 3H] → context [B*L, H]."""
-        if self.frozen_qkv is not None and (training is True or tf.is_tensor(training)):
-            raise ValueError(f"{self.name}: its Q/K/V kernels were frozen for serving; it cannot train")
-        if isinstance(training, bool) and cpu_kernels.usable(qkv.dtype):
-            return self._fused_core(qkv, mask_bias, training, batch, seq_length)
-        qkv = tf.reshape(qkv, [batch, seq_length, 3, self.num_heads, self.head_size])
-        query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, L, head_size]
-        # Scaling the queries equals scaling the scores (the original) on B*L*H values, not B*heads*L*L.
-        query *= tf.cast(1.0 / math.sqrt(self.head_size), query.dtype)
-        scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
-        # Softmax in float32 whatever the compute dtype: the mask bias and exp are unsafe in half precision.
-        probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_bias)
-        probs = self.dropout(tf.cast(probs, qkv.dtype), training=training)
-        context = tf.matmul(probs, value)  # [B, heads, L, head_size]
-        context = tf.transpose(context, [0, 2, 1, 3])  # [B, L, heads, head_size]
-        return tf.reshape(context, [-1, self.config.hidden_size])
-
-    def _fused_core(self, qkv, mask_bias, training: bool, batch, seq_length):
-        """The same attention by the fused CPU kernel: qkv [B*L, 3H] → context [B*L, H]."""
-        keep = None
-        if training and self.dropout.rate > 0:
-            static = tf.TensorShape([None, self.num_heads, mask_bias.shape[3], mask_bias.shape[3]])
-            keep = self.dropout.keep_mask(static, tf.stack([batch, self.num_heads, seq_length, seq_length]))
-        context = cpu_kernels.attention(tf.reshape(qkv, [batch, seq_length, 3 * self.config.hidden_size]),
-                                        tf.reshape(mask_bias, [batch, seq_length]), keep,
-                                        self.num_heads, self.dropout.keep_scale)  # [B, L, H]
-        return tf.reshape(context, [-1, self.config.hidden_size])
-
 
 class TransformerBlock(tf_keras.layers.Layer):
     """One post-LN BERT layer (scope `encoder/layer_<i>`).
 
     attention → attention/output/dense → dropout → LayerNorm(· + x)
     → intermediate/dense (hidden_act) → output/dense → dropout → LayerNorm(· + ·).
-    output/dense holds its variables but runs as `matmul_transposed_kernel_grad` + bias (a faster
-    kernel gradient).
-    Where `cpu_kernels.usable`, each bias + dropout + residual + LayerNorm and the bias + GELU run
-    as fused CPU kernels after plain matmuls (same math, same dropout masks).
+    The dense layers hold the variables; the block runs their matmuls itself (output/dense as
+    `matmul_transposed_kernel_grad`, a faster kernel gradient) and hands what follows each to a
+    `block_ops` function, which runs a fused CPU kernel where it can (same math, same dropout masks).
     """
 
     def __init__(self, config: BertConfig, name: str, **kwargs):
@@ -162,14 +131,13 @@ class TransformerBlock(tf_keras.layers.Layer):
         self.config = config
         init = config.initializer_range
 
-        def dense(units, activation=None):
-            return tf_keras.layers.Dense(units, activation=activation, kernel_initializer=truncated_normal(init),
-                                         name="dense")
+        def dense(units):
+            return tf_keras.layers.Dense(units, kernel_initializer=truncated_normal(init), name="dense")
 
         self.attention = SelfAttention(config)
         self.attention_dense = dense(config.hidden_size)
         self.attention_layer_norm = layer_norm()
-        self.intermediate_dense = dense(config.intermediate_size, get_activation(config.hidden_act))
+        self.intermediate_dense = dense(config.intermediate_size)
         self.output_dense = dense(config.hidden_size)
         self.output_layer_norm = layer_norm()
         self.dropout = Dropout(config.hidden_dropout_prob)
@@ -191,44 +159,17 @@ class TransformerBlock(tf_keras.layers.Layer):
         (`SelfAttention.call`); `output_rows` (int32 [M], rows of x) to compute only those rows'
         outputs [M, H] after the attention, which still reads every token.
         """
-        if isinstance(training, bool) and cpu_kernels.usable(x.dtype):
-            return self._fused_call(x, mask_bias, training, token_rows, output_rows)
-        context, x = self._attend(x, mask_bias, training, token_rows, output_rows)
-        attended = self.attention_dense(context)
-        x = self.attention_layer_norm(self.dropout(attended, training=training) + x)
-        intermediate = self.intermediate_dense(x)  # [B*L, F]
-        kernel = tf.convert_to_tensor(self.output_dense.kernel)  # [F, H]
-        out = tf.nn.bias_add(matmul_transposed_kernel_grad(intermediate, kernel), self.output_dense.bias)
-        out = self.dropout(out, training=training)  # [B*L, H]
-        return self.output_layer_norm(out + x)
-
-    def _attend(self, x, mask_bias, training, token_rows, output_rows):
-        """(attention context, residual), both [rows, H]: of x's rows, or only of `output_rows`."""
-        context = self.attention(x, mask_bias, training=training, token_rows=token_rows)
-        if output_rows is None:
-            return context, x
-        return tf.gather(context, output_rows), tf.gather(x, output_rows)  # [M, H] each
-
-    def _fused_call(self, x, mask_bias, training: bool, token_rows, output_rows):
-        """`call` with the element-wise stretches as fused CPU kernels: x [B*L, H] → [B*L, H]."""
-        context, x = self._attend(x, mask_bias, training, token_rows, output_rows)
+        context = self.attention(x, mask_bias, training=training, token_rows=token_rows)  # [rows of x, H]
+        if output_rows is not None:
+            context, x = tf.gather(context, output_rows), tf.gather(x, output_rows)  # [M, H] each
         attended = tf.matmul(context, self.attention_dense.kernel)
-        x = self._residual_layer_norm(attended, self.attention_dense.bias, x, self.attention_layer_norm, training)
-        if self.config.hidden_act == "gelu":
-            intermediate = cpu_kernels.bias_gelu(tf.matmul(x, self.intermediate_dense.kernel),
-                                                 tf.convert_to_tensor(self.intermediate_dense.bias))  # [B*L, F]
-        else:
-            intermediate = self.intermediate_dense(x)
-        kernel = tf.convert_to_tensor(self.output_dense.kernel)
-        out = matmul_transposed_kernel_grad(intermediate, kernel)  # [B*L, H]
-        return self._residual_layer_norm(out, self.output_dense.bias, x, self.output_layer_norm, training)
-
-    def _residual_layer_norm(self, y, bias, residual, norm, training: bool):
-        """norm(dropout(y + bias) + residual) by the fused kernel, with the block's dropout mask."""
-        keep = self.dropout.keep_mask(y.shape, tf.shape(y)) if training and self.dropout.rate > 0 else None
-        return cpu_kernels.residual_layer_norm(
-            y, tf.convert_to_tensor(bias), keep, residual, tf.convert_to_tensor(norm.gamma),
-            tf.convert_to_tensor(norm.beta), keep_scale=self.dropout.keep_scale, epsilon=norm.epsilon)
+        x = dropout_residual_layer_norm(attended, self.attention_dense.bias, x, self.attention_layer_norm,
+                                        self.dropout, training)
+        intermediate = bias_activation(tf.matmul(x, self.intermediate_dense.kernel), self.intermediate_dense.bias,
+                                       self.config.hidden_act, training)  # [rows, F]
+        out = matmul_transposed_kernel_grad(intermediate, tf.convert_to_tensor(self.output_dense.kernel))  # [rows, H]
+        return dropout_residual_layer_norm(out, self.output_dense.bias, x, self.output_layer_norm, self.dropout,
+                                           training)
 
 
 class Encoder(tf_keras.layers.Layer):

@@ -1,4 +1,5 @@
-"""ELECTRA's pre-training objectives as graph- and XLA-friendly TF functions (spec §5).
+"""ELECTRA's pre-training objectives as graph- and XLA-friendly TF functions (docs/fidelity.md, from
+#masking to #metrics).
 
 One step of ELECTRA, from these pieces (the transformers live in `electra_tf.modeling`):
 

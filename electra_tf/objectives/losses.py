@@ -1,4 +1,4 @@
-"""The ELECTRA losses (spec §5.4): generator MLM, replaced token detection, and their sum.
+"""The ELECTRA losses (docs/fidelity.md#losses): generator MLM, replaced token detection, and their sum.
 
 Everything is computed in float32 whatever the logits' dtype (mixed precision casts here).
 

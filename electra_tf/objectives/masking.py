@@ -1,6 +1,7 @@
 """Dynamic in-graph masking: which positions the generator predicts, and what it sees there.
 
-The original (`pretrain_helpers.mask`, spec §5.1) masks every batch afresh inside the graph:
+The original (`pretrain/pretrain_helpers.py: mask()`, docs/fidelity.md#masking) masks every batch
+afresh inside the graph:
 
 - Candidates are real tokens (`input_mask == 1`) other than [CLS], [SEP] and [MASK].
 - Each row predicts `num_to_predict = max(1, min(N, round(sum(input_mask) * mask_prob)))`

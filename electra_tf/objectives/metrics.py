@@ -1,4 +1,4 @@
-"""Pre-training eval metrics (spec §5.5) as streaming tf_keras metrics, over real tokens.
+"""Pre-training eval metrics (docs/fidelity.md#metrics) as streaming tf_keras metrics, over real tokens.
 
 The original's eight, with the names it logged:
 - masked_lm_accuracy: the generator's argmax prediction == target at the masked positions

@@ -1,4 +1,4 @@
-"""Generator sampling and the discriminator's fake input (spec §5.2).
+"""Generator sampling and the discriminator's fake input (docs/fidelity.md#sampling).
 
 ELECTRA samples a replacement for every selected slot from the generator's softmax with the
 Gumbel-max trick, puts the samples into the (unmasked) input, and labels a position "replaced"

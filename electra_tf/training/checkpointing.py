@@ -7,6 +7,12 @@ previous complete one; a checkpoint whose files were damaged afterwards (a bad d
 copy) is skipped on resume in favour of the newest intact one. Under MultiWorkerMirroredStrategy
 every worker takes part in a save, but only the chief's copy lands in the model dir; the others
 write to a scratch dir and delete it.
+
+A save that finds the disk full removes what it had written (`<prefix>_temp/`, and the new
+checkpoint's files, which the `checkpoint` state file does not list yet) and raises `DiskFull`
+naming the newest intact checkpoint; older checkpoints are deleted (`keep_checkpoint_max`) only
+after a save completes, so the one to resume from is never lost. A resumed run first removes the
+`_temp` dirs that killed runs left in its model dir.
 """
 
 import os
@@ -17,6 +23,7 @@ from typing import Callable, List, Optional
 import tensorflow as tf
 import tf_keras
 
+from electra_tf import atomic_files, disk_full
 from electra_tf.errors import InputError
 
 
@@ -48,6 +55,8 @@ class Checkpoints:
         it and the reader's complaint, and the chief drops it from the `checkpoint` state file. A
         checkpoint that is intact but does not fit the model is an error, as is a model dir whose
         checkpoints are all damaged."""
+        if self.chief:  # the model dir's lock is held: no other process is saving there
+            disk_full.remove_stale_temp_dirs(self.model_dir)
         candidates = _listed_checkpoints(self.model_dir)
         skipped = []
         restored = None
@@ -82,11 +91,28 @@ class Checkpoints:
         """Saves the state at `step` (once: a second call for the same step does nothing)."""
         if step == self.saved_step:
             return self.latest
-        path = self.manager.save(checkpoint_number=step)
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except Exception as error:
+            if not disk_full.is_no_space(error):
+                raise
+            prefix = self.directory / f"ckpt-{step}"
+            failure = disk_full.disk_full(prefix, resume_point(self.model_dir))
+            # unlisted files of this step are the failed save's own (listed ones: an earlier complete save)
+            disk_full.remove_unfinished_checkpoint(prefix, str(prefix) not in _listed_checkpoints(self.directory))
+            raise failure from None
         self.saved_step = step
         if not self.chief:
             shutil.rmtree(self.directory, ignore_errors=True)
         return path
+
+
+def resume_point(model_dir) -> str:
+    """What a run of `model_dir` that stops now keeps, and how to go on: for error messages."""
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    if latest is None:
+        return "no checkpoint was saved yet: free space and run the same command to start again"
+    return f"the newest intact checkpoint is {latest}: free space and run the same command to resume from it"
 
 
 def damaged(prefix: str) -> Optional[str]:
@@ -117,9 +143,7 @@ def _write_checkpoint_state(model_dir: Path, paths: List[str]) -> None:
     """Rewrites the `checkpoint` state file to list `paths` (the last is the latest), atomically."""
     lines = [f'model_checkpoint_path: "{Path(paths[-1]).name}"']
     lines += [f'all_model_checkpoint_paths: "{Path(path).name}"' for path in paths]
-    staged = model_dir / "checkpoint.tmp"
-    staged.write_text("\n".join(lines) + "\n")
-    os.replace(staged, model_dir / "checkpoint")
+    atomic_files.write_text(model_dir / "checkpoint", "\n".join(lines) + "\n")
 
 
 def resolve_checkpoint(path: str) -> str:

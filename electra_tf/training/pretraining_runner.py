@@ -7,7 +7,10 @@
   newest intact checkpoint (model, optimizer, step, input iterator) or starting from
   `init_checkpoint`; checkpoints every `save_checkpoints_steps`; stops with an error naming the step
   if the loss becomes NaN/Inf (the last good checkpoint stays), with one naming the file if the
-  data is damaged, and after a checkpoint on SIGTERM / SIGINT;
+  data is damaged, and after a checkpoint on SIGTERM / SIGINT; holds the model dir's lock
+  (`electra_tf.dir_lock`: a second run on it is refused, one whose holder is gone taken over);
+  a write that finds the disk full ends it with one line naming the file, the free space and the
+  newest intact checkpoint, from which the same command resumes (`electra_tf.disk_full`);
 - evaluates on every held-out example (at most `num_eval_steps` batches, the last one partial),
   at the end and, with `eval_every_steps`, during training (TensorBoard's `eval` curve), and
   writes the final metrics to `results/unsup_results.{json,txt}`. A held-out set without an
@@ -17,16 +20,19 @@ The datasets come from the caller (`dataset_fn(input_context) -> tf.data.Dataset
 module does not depend on how pretraining data is stored.
 """
 
+import contextlib
 import math
 import os
-import shutil
+import sys
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.config import PretrainingConfig
+from electra_tf import atomic_files, disk_full
+from electra_tf.config import PretrainingConfig, has_rtd_loss
+from electra_tf.dir_lock import DirLock
 from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
 from electra_tf.optimization import CLIP_NORM, create_optimizer, create_slots, current_learning_rate
@@ -38,6 +44,7 @@ from electra_tf.training.reporting import GradientNorm, Reporter, write_results
 from electra_tf.training.train_step import make_train_step
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+LOCK_FILE = ".lock"  # in the model dir while a run trains there (electra_tf.dir_lock)
 
 
 def special_ids(config: PretrainingConfig) -> Dict[str, int]:
@@ -72,7 +79,7 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
         config.save(saved)
         vocab = Path(config.vocab_file)
         if vocab.exists() and not (model_dir / "vocab.txt").exists():
-            shutil.copyfile(vocab, model_dir / "vocab.txt")  # a model dir is self-contained
+            atomic_files.copy_file(vocab, model_dir / "vocab.txt")  # a model dir is self-contained
     return model_dir
 
 
@@ -81,7 +88,7 @@ class _Training:
 
     def __init__(self, config: PretrainingConfig, strategy, model, optimizer):
         self.config, self.strategy, self.model, self.optimizer = config, strategy, model, optimizer
-        has_rtd = config.objective in ("electra", "electra_15")
+        has_rtd = has_rtd_loss(config.objective)
         with strategy.scope():
             self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight,
                                               padded_auc=False)  # the training step's own metrics
@@ -180,6 +187,18 @@ def run(config: PretrainingConfig, train_dataset_fn: Optional[DatasetFn], eval_d
     if config.do_eval:
         check_eval_data(eval_dataset_fn)
     chief = distribution.is_chief(strategy)
+    writer = config.do_train and chief  # one lock per run (the chief's); evaluation only reads
+    lock = DirLock(config.model_dir, Path(config.model_dir) / LOCK_FILE, "model dir",
+                   report=lambda line: print(line, file=stream or sys.stdout, flush=True))
+    with lock if writer else contextlib.nullcontext(), \
+            disk_full.reported(lambda: checkpointing.resume_point(config.model_dir)):
+        return _run_in_model_dir(config, strategy, chief, train_dataset_fn, eval_dataset_fn, special_ids, stream,
+                                 locate_damage)
+
+
+def _run_in_model_dir(config: PretrainingConfig, strategy, chief: bool, train_dataset_fn, eval_dataset_fn,
+                      special_ids: Dict[str, int], stream, locate_damage) -> RunOutput:
+    """`run` once the data is checked and (training) the model dir's lock is held."""
     model_dir = prepare_model_dir(config, chief)
     with strategy.scope():
         model = PretrainingModel(config, **special_ids)

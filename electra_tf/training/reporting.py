@@ -4,12 +4,12 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Dict
 
 import tensorflow as tf
 import tf_keras
 
+from electra_tf import atomic_files
 from electra_tf.optimization import gradient_norm
 from electra_tf.progress import format_duration
 
@@ -104,8 +104,4 @@ def write_results(results: Dict[str, float], json_path, txt_path) -> None:
     """`unsup_results.{json,txt}`, the files the original promised and never wrote; atomic."""
     for path, text in ((json_path, json.dumps(results, indent=2, sort_keys=True) + "\n"),
                        (txt_path, "".join(f"{k} = {v}\n" for k, v in sorted(results.items())))):
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(text)
-        temporary.replace(path)
+        atomic_files.write_text(path, text)

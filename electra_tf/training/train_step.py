@@ -1,12 +1,13 @@
 """The training step: forward, gradients, optional dynamic loss scaling, optimizer update.
 
 `make_train_step` returns the per-replica step that a runner calls inside `strategy.run` and loops
-in a `tf.function`. It is the original's `tf.gradients` + `apply_gradients` (spec §7) and nothing
-else: gradient clipping is done once, inside the optimizer's `apply_gradients` (`global_clipnorm`,
-after cross-replica aggregation and after a LossScaleOptimizer unscales), so by default the step
-does not clip. With `clip_norm` it clips each replica's own gradient before the optimizer
-aggregates them: the original's TPU runs, where every shard clipped and `CrossShardOptimizer`
-summed the clipped gradients (`per_replica_clipping`; the optimizer must then not clip again).
+in a `tf.function`. It is the original's `tf.gradients` + `apply_gradients`
+(docs/fidelity.md#optimizer-and-schedule) and nothing else: gradient clipping is done once, inside
+the optimizer's `apply_gradients` (`global_clipnorm`, after cross-replica aggregation and after a
+LossScaleOptimizer unscales), so by default the step does not clip. With `clip_norm` it clips each
+replica's own gradient before the optimizer aggregates them: the original's TPU runs, where every
+shard clipped and `CrossShardOptimizer` summed the clipped gradients (`per_replica_clipping`; the
+optimizer must then not clip again).
 
 With `jit_compile=True` the forward and backward pass (loss → gradients) are one XLA cluster
 (`tf.function(jit_compile=True)`); `apply_gradients` stays outside it, since under a

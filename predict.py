@@ -1,0 +1,51 @@
+"""Predict with a fine-tuned model on new text: a JSONL line per input row, in input order.
+
+    python predict.py --model-dir DATA_DIR/models/NAME/finetuning_models/reviews_model_1 \
+        --input new_reviews.csv --output predictions.jsonl
+
+The model dir is a trial's (`keep_all_models` keeps them); the task's columns travel with it, so a
+file in the task's own format (by its extension: .csv, .tsv, .jsonl, .conll) needs no other flag.
+Any other file, or `-` (standard input), is plain text: a text a line (a pair task: the two texts
+separated by a tab; a tagging task: a sentence, words split on whitespace). Each output object
+holds the row's `id` (when the input has the task's id column) and the prediction:
+classification `label` and `probabilities`; multi-label `labels` and `probabilities`;
+regression `score`; tagging `words`, `tags` and `entities` (type, character start and end in the
+line, text); SQuAD (JSONL with question and context) `answer`, its `start` and `end` in the
+context and, for SQuAD 2.0, `null_odds` and `abstains`. `--embeddings` adds the `[CLS]` and mean-pooled encoder vectors. docs/finetuning.md.
+"""
+
+import argparse
+import signal
+import sys
+
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, script_parser
+from finetune.predict_inputs import FORMATS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = script_parser(__doc__, "python predict.py --model-dir finetuning_models/reviews_model_1 "
+                                    "--input new.csv --output predictions.jsonl")
+    parser.add_argument("--model-dir", required=True, help="a fine-tuning trial's model dir")
+    parser.add_argument("--input", required=True, help="the rows to predict: a file, or - for standard input")
+    parser.add_argument("--output", required=True, help="the JSONL file to write")
+    parser.add_argument("--task", default=None, help="the task to predict, for a multi-task model")
+    parser.add_argument("--input-format", choices=FORMATS, default=None,
+                        help="how the input is written (default: by its extension; plain text otherwise)")
+    parser.add_argument("--embeddings", action="store_true", help="also write the [CLS] and mean-pooled vectors")
+    parser.add_argument("--skip-empty", action="store_true",
+                        help="leave empty lines or texts out (counted) instead of stopping at the first")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet_tensorflow_logs()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: no partial output is left
+    from finetune.predicting import predict
+    return exit_code(lambda: predict(args.model_dir, args.input, args.output, args.task, args.input_format,
+                                     args.skip_empty, args.overwrite, args.embeddings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""predict.py: the predictions of a fine-tuned model on new input agree with the run's own dev
+predictions (labels, tags) and with its SavedModel (probabilities within 1e-5); embeddings are the
+encoder's; bad input gets one error and leaves no output."""
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import convert_checkpoint
+import predict
+from electra_tf.errors import InputError
+from finetune.config import FinetuningConfig
+from finetune.predicting import Predictor
+from finetune.runner import Trial, run
+from finetune.task_data import load_task_data, make_tokenizer
+
+ROWS = 48
+BASE = dict(model_size="tiny", random_init=True, max_seq_length=40, train_batch_size=16, eval_batch_size=32,
+            max_examples=ROWS, num_train_epochs=1.0, iterations_per_loop=100, learning_rate=1e-3)
+REVIEWS = {"type": "classification", "format": "csv", "train": "reviews/train.csv", "dev": "reviews/dev.csv",
+           "text": "sentence", "label": "sentiment", "id": "ref"}
+PHRASES = {"type": "tagging", "format": "conll", "train": "chunk/train.txt", "dev": "chunk/dev.txt"}
+FRESH_TAGGER = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # its ops, which the graph uses
+assert not any(name.split(".")[0] in ("electra_tf", "finetune") for name in sys.modules)
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+out = serve(text=tf.constant(json.load(open(sys.argv[2]))))
+np.savez(sys.argv[3], **{name: value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
+                         for name, value in out.items()})
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, shared_data, vocab_file):
+    """A data dir whose model `tiny` was fine-tuned on reviews (SST-2 rows as CSV, with an id
+    column) and, separately, phrases (CoNLL-2000 as a tagging task); {task: (config, trial dir)}."""
+    root = tmp_path_factory.mktemp("predict")
+    data = root / "finetuning_data"
+    (data / "reviews").mkdir(parents=True)
+    for split in ("train", "dev"):
+        header, *rows = (shared_data / "glue" / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").split("\n")
+        with open(data / "reviews" / f"{split}.csv", "w", newline="", encoding="utf-8") as out:
+            writer = csv.writer(out)
+            writer.writerow(["ref", "sentence", "sentiment"])
+            writer.writerows([f"{split}-{i}", *row.split("\t")] for i, row in enumerate(rows[:ROWS]))
+    (data / "chunk").mkdir()
+    (data / "chunk" / "train.txt").symlink_to(shared_data / "conll2000" / "train.txt")
+    (data / "chunk" / "dev.txt").symlink_to(shared_data / "conll2000" / "test.txt")
+    (data / "SST-2").symlink_to(shared_data / "glue" / "SST-2")
+    (root / "vocab.txt").symlink_to(vocab_file)
+    out = {}
+    for name, spec in (("reviews", REVIEWS), ("phrases", PHRASES), ("sst", None)):
+        tasks = {name: spec} if spec else {}
+        config = FinetuningConfig.from_hparams("tiny", str(root), {**BASE, "task_names": [name], "tasks": tasks})
+        run(config, io.StringIO())
+        out[name] = (config, root / "models" / "tiny" / "finetuning_models" / f"{name}_model_1")
+    return root, out
+
+
+def dev_predictions(config, trial_dir):
+    """The run's own predictions on its dev split, from the fine-tuned model (no training)."""
+    config = FinetuningConfig.from_hparams("tiny", config.data_dir, {**BASE, "task_names": config.task_names,
+                                                                     "tasks": config.tasks, "do_train": False,
+                                                                     "init_checkpoint": str(trial_dir)})
+    data = load_task_data(config, make_tokenizer(config))
+    trial = Trial(config, data, 1, io.StringIO())
+    trial.initialise()
+    return trial.predict(data.dev[0])[0], data.dev[0]
+
+
+def predicted(args) -> list:
+    assert predict.main(args) == 0
+    output = args[args.index("--output") + 1]
+    return [json.loads(line) for line in open(output, encoding="utf-8")]
+
+
+def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_path):
+    root, models = trained
+    config, trial_dir = models["reviews"]
+    labels, split = dev_predictions(config, trial_dir)
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(root / "finetuning_data/reviews/dev.csv"),
+                      "--output", str(tmp_path / "out.jsonl")])
+    assert [row["id"] for row in rows] == [f"dev-{i}" for i in range(ROWS)]  # input order, with the ids
+    assert [row["label"] for row in rows] == [("0", "1")[int(label)] for label in labels]
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
+                                    str(tmp_path / "served")]) == 0
+    served = tf.saved_model.load(str(tmp_path / "served")).signatures["serving_default"]
+    probabilities = served(text_a=tf.constant([e.text_a for e in split.examples]))["probabilities"].numpy()
+    np.testing.assert_allclose([[row["probabilities"][name] for name in ("0", "1")] for row in rows], probabilities,
+                               atol=1e-5)
+    embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](
+        text_a=tf.constant([e.text_a for e in split.examples[:4]]))
+    dev = str(root / "finetuning_data/reviews/dev.csv")
+    with_embeddings = predicted(["--model-dir", str(trial_dir), "--input", dev, "--embeddings",
+                                 "--output", str(tmp_path / "embedded.jsonl")])
+    np.testing.assert_allclose([row["embedding"]["mean"] for row in with_embeddings[:4]], embedded["mean"].numpy(),
+                               atol=1e-5)
+    text = tmp_path / "texts.txt"  # plain text, a text a line: the same predictions
+    text.write_text("".join(e.text_a + "\n" for e in split.examples[:5]), encoding="utf-8")
+    plain = predicted(["--model-dir", str(trial_dir), "--input", str(text), "--output", str(tmp_path / "plain.jsonl")])
+    assert [row["label"] for row in plain] == [row["label"] for row in rows[:5]] and "id" not in plain[0]
+
+
+def test_a_glue_preset_reads_its_dev_and_test_layouts(trained, tmp_path, shared_data):
+    root, models = trained
+    config, trial_dir = models["sst"]
+    labels, split = dev_predictions(config, trial_dir)
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(shared_data / "glue/SST-2/dev.tsv"),
+                      "--output", str(tmp_path / "dev.jsonl")])
+    assert [row["label"] for row in rows[:ROWS]] == [("0", "1")[int(label)] for label in labels]
+    header, *lines = (shared_data / "glue/SST-2/test.tsv").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "test.tsv").write_text("\n".join([header] + lines[:5]) + "\n", encoding="utf-8")
+    (tmp_path / "test.txt").write_text("".join(line.split("\t")[1] + "\n" for line in lines[:5]), encoding="utf-8")
+    test = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "test.tsv"),
+                      "--output", str(tmp_path / "test.jsonl")])
+    plain = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "test.txt"),
+                       "--output", str(tmp_path / "plain.jsonl")])
+    assert [row["id"] for row in test] == [line.split("\t")[0] for line in lines[:5]]  # the index column
+    assert [row["probabilities"] for row in test] == [row["probabilities"] for row in plain]
+
+
+def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
+    root, models = trained
+    config, trial_dir = models["phrases"]
+    tag_ids, split = dev_predictions(config, trial_dir)
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(root / "finetuning_data/chunk/dev.txt"),
+                      "--input-format", "conll", "--output", str(tmp_path / "out.jsonl")])
+    assert len(rows) == 2012 and len(tag_ids) == ROWS  # the whole file; the run read ROWS of it
+    tags = split.task.tags
+    for row, ids, sentence, kept in zip(rows[:ROWS], tag_ids, split.examples, split.features.labeled_positions):
+        assert row["words"] == list(sentence.words)
+        assert row["tags"] == [tags[int(i)] for i in ids[:len(kept)]] + [None] * (len(sentence.words) - len(kept))
+        for entity in row["entities"]:  # spans of the words joined by spaces
+            assert " ".join(sentence.words)[entity["start"]:entity["end"]] == entity["text"]
+    line = "Rockwell International Corp. said it signed  a tentative agreement ."
+    (tmp_path / "line.txt").write_text(line + "\n")
+    [row] = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "line.txt"), "--input-format", "text",
+                       "--output", str(tmp_path / "line.jsonl")])  # .txt is CoNLL for this task: its files are
+    assert len(row["words"]) == len(line.split())
+    assert all(line[e["start"]:e["end"]] == e["text"] for e in row["entities"])  # spans in the line itself
+    sentences = [" ".join(sentence.words) for sentence in split.examples[:12]] + [line]
+    (tmp_path / "lines.txt").write_text("\n".join(sentences) + "\n")
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "lines.txt"), "--input-format", "text",
+                      "--output", str(tmp_path / "lines.jsonl")])
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
+                                    str(tmp_path / "served")]) == 0
+    (tmp_path / "sentences.json").write_text(json.dumps(sentences))
+    subprocess.run([sys.executable, "-c", FRESH_TAGGER, str(tmp_path / "served"), str(tmp_path / "sentences.json"),
+                    str(tmp_path / "served.npz")], check=True, capture_output=True, cwd=tmp_path,
+                   env={**os.environ, "PYTHONPATH": ""})
+    served = dict(np.load(tmp_path / "served.npz"))  # a process with TensorFlow and tensorflow_text only
+    for i, row in enumerate(rows):  # the SavedModel tags and finds the entities as predict does
+        words = len(row["words"])
+        assert [t or None for t in served["tags"][i][:words].tolist()] == row["tags"]
+        found = [(kind, int(start), int(end)) for kind, start, end in zip(
+            served["entity_type"][i].tolist(), served["entity_start"][i], served["entity_end"][i]) if start >= 0]
+        assert found == [(e["type"], e["start"], e["end"]) for e in row["entities"]]
+
+
+def test_mean_embedding_is_the_encoders_output_over_real_tokens(trained, tmp_path):
+    root, models = trained
+    config, trial_dir = models["reviews"]
+    texts = ["a gem of a film .", "dull , long and loud , with nothing to say about anything at all ."]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    rows = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "in.txt"), "--embeddings",
+                      "--output", str(tmp_path / "out.jsonl")])
+    predictor = Predictor(trial_dir)
+    for text, row in zip(texts, rows):
+        pieces = predictor.tokenizer.tokenize([text]).flat_values.numpy().tolist()
+        ids = np.array([[predictor.tokenizer.cls_id, *pieces, predictor.tokenizer.sep_id]], np.int32)
+        sequence = predictor.encoder(ids, np.ones_like(ids), np.zeros_like(ids), training=False).numpy()[0]
+        np.testing.assert_allclose(row["embedding"]["mean"], sequence.mean(0), atol=1e-5)
+        np.testing.assert_allclose(row["embedding"]["cls"], sequence[0], atol=1e-5)
+
+
+def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys):
+    root, models = trained
+    trial_dir = str(models["reviews"][1])
+    output = tmp_path / "out.jsonl"
+
+    def error(args) -> str:
+        assert predict.main(["--model-dir", trial_dir, "--output", str(output), *args]) == 2
+        return capsys.readouterr().err.strip()
+
+    (tmp_path / "bad.csv").write_text("ref,text\nr1,fine\n")
+    assert "bad.csv:1: no column 'sentence' for the text" in error(["--input", str(tmp_path / "bad.csv")])
+    (tmp_path / "gaps.txt").write_text("fine film\n\ndull film\n")
+    assert "gaps.txt:2: empty line (pass --skip-empty" in error(["--input", str(tmp_path / "gaps.txt")])
+    assert not output.exists() and not list(tmp_path.glob(".out.jsonl.partial*"))  # nothing half-written
+    assert predict.main(["--model-dir", trial_dir, "--output", str(output), "--input", str(tmp_path / "gaps.txt"),
+                         "--skip-empty"]) == 0
+    assert len(output.read_text().splitlines()) == 2 and "1 empty line(s) skipped" in capsys.readouterr().err
+    assert "exists; pass --overwrite" in error(["--input", str(tmp_path / "gaps.txt")])
+    shutil.copytree(root / "models" / "tiny", tmp_path / "pretrained", ignore=shutil.ignore_patterns("finetuning*"))
+    with pytest.raises(InputError, match="holds no fine-tuned model"):
+        Predictor(tmp_path / "pretrained")
+
+
+def test_squad_v2_answers_equal_the_runs_own(tmp_path, shared_data, vocab_file):
+    """SQuAD 2.0: predict.py's answers and null odds on the dev questions (JSONL: id, question,
+    context) equal those the run wrote for them; each answer is the context at its span."""
+    data = tmp_path / "finetuning_data" / "squad"
+    data.mkdir(parents=True)
+    (data / "train.json").symlink_to(shared_data / "squad" / "train-v2.0-subset-10articles.json")
+    (data / "dev.json").symlink_to(shared_data / "squad" / "dev-v2.0.json")
+    (tmp_path / "vocab.txt").symlink_to(vocab_file)
+    config = FinetuningConfig.from_hparams("tiny", str(tmp_path), {**BASE, "task_names": ["squad"], "max_examples": 24,
+                                                                   "max_seq_length": 96, "doc_stride": 48,
+                                                                   "max_query_length": 24})
+    run(config, io.StringIO())
+    written = tmp_path / "models" / "tiny" / "results" / "squad_qa"
+    answers = json.loads((written / "squad_preds.json").read_text())
+    null_odds = json.loads((written / "squad_null_odds.json").read_text())
+    questions = []
+    for article in json.loads((shared_data / "squad" / "dev-v2.0.json").read_text())["data"]:
+        for paragraph in article["paragraphs"]:
+            questions += [{"id": qa["id"], "question": qa["question"], "context": paragraph["context"]}
+                          for qa in paragraph["qas"]]
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions[:24]))
+    rows = predicted(["--model-dir", str(tmp_path / "models/tiny/finetuning_models/squad_model_1"),
+                      "--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "out.jsonl")])
+    assert [row["id"] for row in rows] == [q["id"] for q in questions[:24]] == list(answers)
+    for row, question in zip(rows, questions):
+        assert row["answer"] == answers[row["id"]]
+        assert row["null_odds"] == pytest.approx(null_odds[row["id"]], abs=1e-4)
+        assert row["abstains"] == (row["null_odds"] > config.qa_na_threshold)
+        assert row["answer"] == "empty" or question["context"][row["start"]:row["end"]] == row["answer"]
