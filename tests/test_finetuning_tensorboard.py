@@ -5,11 +5,10 @@ gradient norm, examples/s) and every dev evaluation's scores as the trial return
 import io
 import math
 import re
-from collections import defaultdict
 
 import pytest
-import tensorflow as tf
 
+from demo_support import curves
 from electra_tf.training.interruption import Interruption
 from finetune.runner import TENSORBOARD, Trial
 from finetune.task_data import load_task_data, make_tokenizer
@@ -20,15 +19,9 @@ STEPS, PER_EPOCH = 12, 6
 
 
 def read_scalars(directory) -> dict:
-    """{tag: {step: value}} of every event file under `directory`."""
-    scalars = defaultdict(dict)
-    files = tf.io.gfile.glob(str(directory / "events.out.tfevents.*"))
-    assert files, directory
-    for path in files:
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                scalars[value.tag][event.step] = float(tf.make_ndarray(value.tensor))
-    return dict(scalars)
+    """{tag: {step: value}} of the event files under `directory` (the demo's curve reader)."""
+    assert list(directory.glob("events.out.tfevents.*")), directory
+    return {tag: dict(points) for tag, points in curves.read_scalars(directory).items()}
 
 
 @pytest.fixture(scope="module")
