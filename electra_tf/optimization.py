@@ -103,6 +103,14 @@ def gradient_norm(grads) -> tf.Tensor:
     return tf.linalg.global_norm([g for g, _ in sum_duplicate_indices([(g, None) for g in grads if g is not None])])
 
 
+def current_learning_rate(optimizer) -> tf.Tensor:
+    """The rate of the optimizer's next step (its schedule at its step count; the inner optimizer's
+    under a LossScaleOptimizer); [] float32."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    rate = inner.learning_rate
+    return rate(inner.iterations) if callable(rate) else rate
+
+
 def clip_by_exact_global_norm(grads, clip_norm: float) -> list:
     """`grads` (None allowed) scaled by min(1, clip_norm / norm), with the norm `global_clipnorm`
     would measure: for a step that clips each replica's own gradient before aggregation."""

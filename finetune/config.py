@@ -20,7 +20,7 @@ import dataclasses
 import os
 from typing import List, Optional
 
-from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, UNSCALED_PRECISIONS
+from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
@@ -28,6 +28,7 @@ from finetune.tasks import canonical_name, check_user_tasks, get_task
 
 RECIPES = ("code", "paper")
 LOSS_REDUCTIONS = ("sum", "mean")
+STRATEGIES = (None, "auto", "one_device", "mirrored")
 SIZE_PRESETS = {
     "small": dict(embedding_size=128),
     "small++": dict(embedding_size=128),
@@ -84,11 +85,19 @@ class FinetuningConfig(HParams):
     use_tfrecords_if_existing: bool = True
     loss_reduction: str = "sum"  # "sum" over the batch as the original, or "mean"
     seed: int = 1234
-    # "mixed_bfloat16": bfloat16 compute, float32 variables, losses and outputs (docs/finetuning.md)
+    # None: one device as the original; "one_device", "mirrored" (every local GPU, or the CPU) or
+    # "auto" (mirrored with more than one GPU): electra_tf.training.distribution.create_strategy's
+    strategy: Optional[str] = None
+    # "mixed_bfloat16": bfloat16 compute, float32 variables, losses and outputs (docs/finetuning.md);
+    # "mixed_float16": float16 compute the same way, with dynamic loss scaling
     precision: str = "float32"
     # Evaluation, checkpoints, outputs
     evaluate_every_epoch: bool = True  # dev scores after each epoch
+    # dev scores every this many steps (and after the last) instead of after each epoch
+    eval_every_steps: Optional[int] = None
     keep_best_model: bool = False  # use (and keep) the epoch with the best dev score
+    # stop after this many evaluations without a better main dev score, keeping the best (None: off)
+    early_stopping_patience: Optional[int] = None
     write_test_outputs: bool = False  # GLUE-server TSVs in results/glue_test/, SQuAD 2.0's test answers
     n_writes_test: int = 5  # test predictions are considered for the first n trials
     # Sizing and inputs
@@ -182,6 +191,11 @@ class FinetuningConfig(HParams):
         """The tasks joined as the original names its files: `mrpc_sts`."""
         return "_".join(self.task_names)
 
+    @property
+    def keeps_best(self) -> bool:
+        """Whether a trial ends with its best evaluation's weights (keep_best_model, or early stopping)."""
+        return self.keep_best_model or self.early_stopping_patience is not None
+
     def model_dir(self, trial: int) -> str:
         return os.path.join(self.finetuning_models_dir, f"{self.tasks_key}_model_{trial}")
 
@@ -204,8 +218,10 @@ class FinetuningConfig(HParams):
         _require(self.recipe in RECIPES, f"recipe {self.recipe!r} is not one of: {', '.join(RECIPES)}")
         _require(self.loss_reduction in LOSS_REDUCTIONS,
                  f"loss_reduction {self.loss_reduction!r} is not one of: {', '.join(LOSS_REDUCTIONS)}")
-        _require(self.precision in UNSCALED_PRECISIONS,
-                 f"precision {self.precision!r} is not one of: {', '.join(UNSCALED_PRECISIONS)}")
+        _require(self.precision in PRECISIONS,
+                 f"precision {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
+        _require(self.strategy in STRATEGIES, f"strategy {self.strategy!r} is not one of: "
+                 f"{', '.join(map(str, STRATEGIES))} (multi_worker and tpu fine-tuning are not supported yet)")
         _require(len(set(self.task_names)) == len(self.task_names),
                  f"task_names {self.task_names} names a task twice")
         _require(self.do_train or self.do_eval or self.write_test_outputs,
@@ -216,6 +232,11 @@ class FinetuningConfig(HParams):
                      "iterations_per_loop", "save_checkpoints_steps", "vocab_size"):
             _require(getattr(self, name) >= 1, f"{name} {getattr(self, name)} must be at least 1")
         _require(self.max_seq_length >= 5, f"max_seq_length {self.max_seq_length} must be at least 5")
+        for name in ("eval_every_steps", "early_stopping_patience"):
+            _require(getattr(self, name) is None or getattr(self, name) >= 1,
+                     f"{name} {getattr(self, name)} must be None or at least 1")
+        _require(self.early_stopping_patience is None or self.do_eval,
+                 "early_stopping_patience needs do_eval: it stops on the dev scores")
         _require(self.max_examples is None or self.max_examples >= 1,
                  f"max_examples {self.max_examples} must be None or at least 1")
         _require(self.learning_rate > 0, f"learning_rate {self.learning_rate} must be positive")

@@ -2,7 +2,8 @@
 
 As the original, a batch may mix tasks: every head runs on every example, and each example's loss
 is its own task's (`task_id`); the batch loss is their sum (the original's `reduce_sum`, so the
-global-norm clip acts on the summed gradient) or, with `loss_reduction: "mean"`, their mean.
+global-norm clip acts on the summed gradient; with `loss_reduction: "mean"` the runner divides it
+by the global batch's rows, which under a strategy a replica does not see alone).
 """
 
 from typing import Dict, Sequence
@@ -39,14 +40,12 @@ class FinetuningModel(tf_keras.Model):
             sequence = sequence[:, tf.newaxis]
         return {task.name: head(sequence, batch, training=training) for task, head in zip(self.tasks, self.heads)}
 
-    def loss(self, batch, outputs, reduction: str = "sum") -> tf.Tensor:
-        """Each example's loss under its own task's head, summed (or averaged) over the batch; []."""
+    def loss(self, batch, outputs) -> tf.Tensor:
+        """Each example's loss under its own task's head, summed over the batch; []."""
         total = tf.constant(0.0)
         for task_id, (task, head) in enumerate(zip(self.tasks, self.heads)):
             own = tf.cast(tf.equal(batch["task_id"], task_id), tf.float32)  # [B]
             total += tf.reduce_sum(head.per_example_loss(outputs[task.name], batch) * own)
-        if reduction == "mean":
-            total /= tf.cast(tf.shape(batch["task_id"])[0], tf.float32)
         return total
 
     def head_of(self, task_name: str):

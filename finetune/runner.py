@@ -1,13 +1,22 @@
 """Fine-tuning runs: `num_trials` trials from the same pretrained encoder, scored on dev, aggregated.
 
 Each trial (seed `seed + trial - 1`) builds a fresh model (its layers computing in `precision`,
-float32 or bfloat16, with float32 variables either way), loads the pretrained `electra/*`
-weights (or keeps random ones with `random_init`), trains with the original's optimizer (AdamW
-without bias correction, layer-wise LR decay, 10 % warmup, linear decay, clip 1.0) through the
-shared `electra_tf.training.train_step.make_train_step`, evaluates every epoch, saves its model
+float32, bfloat16 or float16 with dynamic loss scaling, with float32 variables either way), loads
+the pretrained `electra/*` weights (or keeps random ones with `random_init`), trains with the
+original's optimizer (AdamW without bias correction, layer-wise LR decay, 10 % warmup, linear
+decay, clip 1.0) through the shared `electra_tf.training.train_step.make_train_step`, evaluates
+every epoch or `eval_every_steps` (stopping early after `early_stopping_patience` evaluations
+without a better score; `finetune.model_selection`), writes TensorBoard events (`tensorboard/`
+in its model dir, with the shared `electra_tf.training.reporting.Reporter`), saves its model
 to `finetuning_models/<tasks>_model_<trial>/finetuned` (beside the run's config and vocab, which
 `finetune.saved_model` exports from), and optionally writes GLUE-server test files from the trial
 with the best dev score so far. Results are rewritten after every trial.
+
+Under a tf.distribute `strategy` (the run's `config.strategy`, made by the shared
+`electra_tf.training.distribution.create_strategy`), model, optimizer and steps are built in its
+scope; each global batch is split into contiguous rows over the replicas, each replica's loss is
+its rows' sum, and the optimizer sums the replicas' gradients: one device's step. Prediction
+splits batches the same way and gathers the outputs back in order.
 
 SIGTERM or SIGINT stops a trial at the next step with a checkpoint of its model, optimizer and step
 (`interrupted`, with `interrupted.json`) in its model dir; running the same command again skips
@@ -31,14 +40,17 @@ import tensorflow as tf
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.errors import InputError
-from electra_tf.optimization import create_optimizer, create_slots
+from electra_tf.optimization import create_optimizer, create_slots, current_learning_rate
 from electra_tf.progress import Progress
-from electra_tf.training.distribution import precision_scope, set_determinism
+from electra_tf.training.distribution import (create_strategy, distribute_rows, gather_rows, precision_scope,
+                                              set_determinism, with_loss_scaling)
 from electra_tf.training.interruption import Interruption
+from electra_tf.training.reporting import GradientNorm, Reporter
 from electra_tf.training.train_step import make_train_step
 from finetune.config import FinetuningConfig
 from finetune.inputs import eval_batches, steps_per_epoch, train_batches
 from finetune.model import FinetuningModel
+from finetune.model_selection import ModelSelection, Scores, main_score
 from finetune.pretrained import load_encoder_weights
 from finetune.results import format_table, write_results
 from finetune.task import EvalSplit
@@ -46,32 +58,30 @@ from finetune.task_data import TaskData, load_task_data, make_tokenizer
 from finetune.writing import guarded
 
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
-BEST = "best"  # the best epoch's checkpoint (keep_best_model)
+BEST = "best"  # the best evaluation's checkpoint (keep_best_model, early_stopping_patience)
 INTERRUPTED = "interrupted"  # a trial stopped by a signal: its checkpoint, and `interrupted.json` (step, scores)
 RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
+TENSORBOARD = "tensorboard"  # a trial's TensorBoard events: tensorboard/{train,eval} in its model dir
 TASK_CARDS = "task_cards.json"  # {task: Task.card()}: labels, tags, columns, for predicting later
-Scores = Dict[str, Dict[str, float]]
-
-
-def main_score(scores: Scores) -> float:
-    """The mean over tasks of each task's first metric (the one model selection uses)."""
-    return float(np.mean([next(iter(metrics.values())) for metrics in scores.values()]))
 
 
 class Trial:
     """One fine-tuning run: model, optimizer and compiled train / predict steps."""
 
-    def __init__(self, config: FinetuningConfig, data: TaskData, trial: int, stream):
+    def __init__(self, config: FinetuningConfig, data: TaskData, trial: int, stream,
+                 strategy: Optional[tf.distribute.Strategy] = None):
+        """`strategy`: the run's (`config.strategy`); None is TF's default, one device undistributed."""
         self.config, self.data, self.trial, self.stream = config, data, trial, stream
+        self.strategy = strategy or tf.distribute.get_strategy()
         set_determinism(config.seed + trial - 1, deterministic=False)
         self.rng = np.random.default_rng(config.seed + trial - 1)
-        with precision_scope(config.precision):  # its layers keep the policy; variables stay float32
+        with self.strategy.scope(), precision_scope(config.precision):  # variables stay float32
             self.model = FinetuningModel(config.encoder_config(), data.tasks, config)
         self.model_dir = Path(config.model_dir(trial))
         self.checkpoint = tf.train.Checkpoint(finetuning_model=self.model)
         self.batch_spec = data.batch_spec  # every task's keys: every head reads every batch
         self.make_batch = data.train_batch
-        self.predict_step = tf.function(self._predict, input_signature=[self.batch_spec])
+        self.predict_step = tf.function(self._distributed_predict, input_signature=[self.batch_spec])
 
     def initialise(self) -> None:
         """The pretrained encoder (or a fine-tuned model to evaluate), unless random_init."""
@@ -97,6 +107,11 @@ class Trial:
         losses = {task.name: head.per_example_loss(outputs[task.name], batch)
                   for task, head in zip(self.model.tasks, self.model.heads)}
         return self.model.predictions(outputs), losses
+
+    def _distributed_predict(self, batch):
+        """`_predict` on each replica's rows of the batch, gathered back into the batch's order."""
+        per_replica = self.strategy.run(self._predict, args=(distribute_rows(self.strategy, batch),))
+        return gather_rows(self.strategy, per_replica)
 
     def predict(self, split: EvalSplit):
         """(predictions, per-example losses) of a split, in example (feature) order; the predictions
@@ -126,23 +141,37 @@ class Trial:
     def compile_train_step(self, num_steps: int):
         """`train_step(batch) -> loss`: the original's optimizer for `num_steps` steps and the shared
         training step, compiled once for any batch and sequence length."""
-        config = self.config
-        optimizer = create_optimizer(config.learning_rate, num_steps, weight_decay_rate=config.weight_decay_rate,
-                                     warmup_proportion=config.warmup_proportion,
-                                     layerwise_lr_decay_power=config.layerwise_lr_decay,
-                                     fixed_layerwise_decay=config.fixed_layerwise_decay,
-                                     n_transformer_layers=self.model.encoder_config.num_hidden_layers)
+        config, strategy = self.config, self.strategy
+        with strategy.scope():
+            optimizer = create_optimizer(config.learning_rate, num_steps, weight_decay_rate=config.weight_decay_rate,
+                                         warmup_proportion=config.warmup_proportion,
+                                         layerwise_lr_decay_power=config.layerwise_lr_decay,
+                                         fixed_layerwise_decay=config.fixed_layerwise_decay,
+                                         n_transformer_layers=self.model.encoder_config.num_hidden_layers)
+            self.optimizer = with_loss_scaling(optimizer, config.precision)  # mixed_float16: dynamic loss scaling
+            self.gradient_norm = GradientNorm()
 
         def loss_fn(model, batch, seed):
+            """This replica's rows' summed loss (or their share of the global batch's mean): the
+            optimizer sums the replicas' gradients, so N replicas take one device's step."""
             outputs = model(batch, training=True)
-            return model.loss(batch, outputs, config.loss_reduction), outputs
+            loss = model.loss(batch, outputs)  # []
+            if config.loss_reduction == "mean":
+                rows = tf.cast(tf.shape(batch["task_id"])[0], tf.float32)
+                loss /= tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, rows)
+            return loss, outputs
 
-        self.optimizer = optimizer
-        step_fn = make_train_step(self.model, optimizer, loss_fn=loss_fn)
-        return tf.function(lambda batch: step_fn(batch), input_signature=[self.batch_spec])
+        step_fn = make_train_step(self.model, self.optimizer, loss_fn=loss_fn, on_gradients=self.gradient_norm.record)
+
+        def train_step(batch):
+            losses = strategy.run(step_fn, args=(distribute_rows(strategy, batch),))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)  # the global batch's loss
+
+        return tf.function(train_step, input_signature=[self.batch_spec])
 
     def train(self, interrupt: Interruption) -> Optional[Scores]:
-        """Trains; returns the dev scores of the final (or, with keep_best_model, best) epoch, if any.
+        """Trains; returns the dev scores of the final (or, with keep_best_model or early stopping, the
+        best) evaluation, if any.
 
         A signal `interrupt` received before the last step stops the trial with a checkpoint; one
         received during the last step is left to `run`, which stops after this trial."""
@@ -156,46 +185,77 @@ class Trial:
         train_step = self.compile_train_step(num_steps)
         progress = Progress(num_steps, "train", " steps", stream=self.stream)
         resumed = self._resume_state()
-        create_slots(self.optimizer, self.model.trainable_variables)  # after the read, on purpose: one trace
+        with self.strategy.scope():  # after the read, on purpose: one trace
+            create_slots(self.optimizer, self.model.trainable_variables)
         if resumed is None:
-            shutil.rmtree(self.model_dir, ignore_errors=True)  # wiped at the start, as the original
-            self.model_dir.mkdir(parents=True)
-            self.config.save(self.model_dir / RUN_CONFIG)  # with the vocab and the cards, what an export needs
-            (self.model_dir / TASK_CARDS).write_text(json.dumps({t.name: t.card() for t in self.data.tasks}, indent=2))
-            shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
-        state = resumed or {"step": 0, "scores": None, "best": -math.inf, "best_scores": None}
-        scores, best, best_scores, start = state["scores"], state["best"], state["best_scores"], state["step"]
+            self._start_model_dir()
+        state = resumed or {"step": 0, "scores": None}
+        scores, start = state["scores"], state["step"]
+        selection = ModelSelection(config.early_stopping_patience, state)
         loss_sum, logged = 0.0, start
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
                                 config.max_seq_length, self.make_batch, start=start, keep_partial=keep_partial)
-        for step, batch in enumerate(batches, start=start + 1):
-            loss = float(train_step(batch))
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
-            loss_sum += loss
-            progress.done = step
-            if step % config.iterations_per_loop == 0 or step == num_steps:
-                self.log(f"{progress.line()} loss {loss_sum / (step - logged):.4f}")
-                loss_sum, logged = 0.0, step
-            if step % config.save_checkpoints_steps == 0:
-                self.checkpoint.write(str(self.model_dir / FINETUNED))
-            if self.data.dev and (step == num_steps or (config.evaluate_every_epoch and step % per_epoch == 0)):
-                scores = self.evaluate()
-                epoch = step / per_epoch
-                self.log(f"epoch {epoch:.2f} dev: " + "; ".join(
-                    f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
-                if config.keep_best_model and main_score(scores) > best:
-                    best, best_scores = main_score(scores), scores
-                    self.checkpoint.write(str(self.model_dir / BEST))
-            if interrupt.requested and step < num_steps:
-                saved = self._save_interrupted(dict(step=step, scores=scores, best=best, best_scores=best_scores))
-                raise interrupt.stop(step, saved)
-        if config.keep_best_model and self.data.dev:
+        with Reporter(self.model_dir / TENSORBOARD, num_steps, config.train_batch_size, True, self.stream) as reporter:
+            reporter.start(start)
+            for step, batch in enumerate(batches, start=start + 1):
+                loss = float(train_step(batch))
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"trial {self.trial}: the loss became {loss} at step {step}")
+                loss_sum += loss
+                progress.done = step
+                if step % config.iterations_per_loop == 0 or step == num_steps:
+                    self._report_training(reporter, progress, step, loss_sum / (step - logged))
+                    loss_sum, logged = 0.0, step
+                if step % config.save_checkpoints_steps == 0:
+                    self.checkpoint.write(str(self.model_dir / FINETUNED))
+                if self.data.dev and self._evaluates(step, num_steps, per_epoch):
+                    scores = self.evaluate()
+                    self.log(f"epoch {step / per_epoch:.2f} dev: " + "; ".join(
+                        f"{task} " + " ".join(f"{k} {v:.2f}" for k, v in m.items()) for task, m in scores.items()))
+                    reporter.scalars("eval", step, {f"{task}/{name}": value for task, metrics in scores.items()
+                                                    for name, value in metrics.items()})
+                    if selection.record(step, scores) and config.keeps_best:
+                        self.checkpoint.write(str(self.model_dir / BEST))
+                    if selection.stop and step < num_steps:
+                        self.log(f"early stopping at step {step}: {selection.stale} evaluations without a better "
+                                 f"dev score than {selection.best:.2f} (step {selection.best_step})")
+                        break
+                if interrupt.requested and step < num_steps:
+                    saved = self._save_interrupted(dict(step=step, scores=scores, **selection.state()))
+                    raise interrupt.stop(step, saved)
+        if config.keeps_best and self.data.dev:
             self.checkpoint.read(str(self.model_dir / BEST)).assert_existing_objects_matched()
-            self.log(f"kept the best epoch (dev score {best:.2f})")
-            scores = best_scores
+            self.log(f"kept the best evaluation (step {selection.best_step}, dev score {selection.best:.2f})")
+            scores = selection.best_scores
         self.checkpoint.write(str(self.model_dir / FINETUNED))
         return scores
+
+    def _start_model_dir(self) -> None:
+        """A fresh model dir (wiped, as the original) with what an export needs: config, cards, vocab."""
+        shutil.rmtree(self.model_dir, ignore_errors=True)
+        self.model_dir.mkdir(parents=True)
+        self.config.save(self.model_dir / RUN_CONFIG)
+        (self.model_dir / TASK_CARDS).write_text(json.dumps({t.name: t.card() for t in self.data.tasks}, indent=2))
+        shutil.copyfile(self.config.vocab_file, self.model_dir / VOCAB_FILE)
+
+    def _report_training(self, reporter: Reporter, progress: Progress, step: int, loss: float) -> None:
+        """The progress line and the TensorBoard `train` scalars of the steps since the last report:
+        mean loss, the next step's learning rate, mean gradient norm, examples/s and, under
+        mixed_float16, the loss scale."""
+        values = {"loss": loss, "learning_rate": float(current_learning_rate(self.optimizer)),
+                  **self.gradient_norm.take(), "examples_per_second": reporter.throughput(step)}
+        line = f"{progress.line()} loss {loss:.4f}"
+        if self.config.precision == "mixed_float16":
+            values["loss_scale"] = float(self.optimizer.loss_scale)
+            line += f" loss scale {values['loss_scale']:g}"
+        self.log(line)
+        reporter.scalars("train", step, values)
+
+    def _evaluates(self, step: int, num_steps: int, per_epoch: int) -> bool:
+        """Whether dev is scored after `step`: every eval_every_steps steps if set, else every epoch
+        (evaluate_every_epoch), and after the last step either way."""
+        every = self.config.eval_every_steps or (per_epoch if self.config.evaluate_every_epoch else None)
+        return step == num_steps or (every is not None and step % every == 0)
 
     def _training_state(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(finetuning_model=self.model, optimizer=self.optimizer)
@@ -235,17 +295,18 @@ class Trial:
 def run(config: FinetuningConfig, stream=None) -> dict:
     """Every trial of the config, holding its tasks' lock, with a full disk reported as one line
     (`finetune.writing`); returns the results document (also written to results_dir)."""
+    strategy = create_strategy(config.strategy) if config.strategy else None
     data = load_task_data(config, make_tokenizer(config))  # reads only: bad input stops before any write
     with guarded(config):
-        return _trials(config, data, stream or sys.stdout)
+        return _trials(config, data, stream or sys.stdout, strategy)
 
 
-def _trials(config: FinetuningConfig, data: TaskData, stream) -> dict:
+def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: Optional[tf.distribute.Strategy]) -> dict:
     first, trials, extra = _finished_trials(config, stream)
     best_test = main_score(trials[extra["test_predictions"]["trial"] - 1]) if "test_predictions" in extra else -math.inf
     with Interruption(stream) as interrupt:
         for number in range(first, config.num_trials + 1):
-            trial = Trial(config, data, number, stream)
+            trial = Trial(config, data, number, stream, strategy)
             trial.initialise()
             scores = trial.train(interrupt) if config.do_train else None
             if scores is None and data.dev:

@@ -163,12 +163,16 @@ def test_hparam_and_flag_tables_name_real_hparams_and_flags():
 
 
 def test_relative_links_point_at_files():
-    broken = [f"{page.relative_to(REPO)}:{number}: {target}"
-              for page in DOCS
-              for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
-              for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", line)
-              if not target.startswith("http") and not (page.parent / target).exists()]
+    links = [(page, number, target)
+             for page in DOCS
+             for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+             for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", line)
+             if not target.startswith("http")]
+    broken = [f"{page.relative_to(REPO)}:{number}: {target}" for page, number, target in links
+              if not (page.parent / target).exists()]
     assert not broken, "links to missing files:\n" + "\n".join(broken)
+    # the docs held 39 relative links on 2026-11-27: far fewer means the link reader stopped seeing them
+    assert len(links) >= 30, f"only {len(links)} relative links found: is the extraction broken?"
 
 
 def heading_anchors(page: Path) -> set:

@@ -143,6 +143,6 @@ def test_span_heads_give_float32_outputs_and_losses_on_bfloat16_hidden_states(tr
 
 
 def test_an_unknown_precision_is_one_clear_error(data_dir, capsys):  # noqa: F811
-    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], precision="mixed_float16")
+    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], precision="float16")
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "precision 'mixed_float16' is not one of: float32, mixed_bfloat16" in err
+    assert "precision 'float16' is not one of: float32, mixed_bfloat16, mixed_float16" in err

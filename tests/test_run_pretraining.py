@@ -6,8 +6,10 @@ import re
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import run_pretraining
+from checkpoint_helpers import matmul_dtypes
 from electra_tf.checkpoints.model_dir import read_model_dir
 
 SEQ = 64  # the records of the shared pretraining_data_dir fixture
@@ -103,6 +105,7 @@ def test_unwritable_model_dir(data_dir, tmp_path, capsys):
 def test_engines_and_schedules(data_dir, capsys, monkeypatch, values):
     from electra_tf.training import pretraining_runner
     clip_norms = {}  # who clips: the optimizer after aggregation (default) or the step, per replica
+    traced = []  # the graphs the training step was traced into
 
     def spy(name, function):
         def recording(*args, **kwargs):
@@ -110,8 +113,18 @@ def test_engines_and_schedules(data_dir, capsys, monkeypatch, values):
             return function(*args, **kwargs)
         monkeypatch.setattr(pretraining_runner, name, recording)
 
+    def recording_graphs(make_step):
+        def make(*args, **kwargs):
+            step = make_step(*args, **kwargs)
+
+            def step_in_its_graph(*step_args):
+                traced.append(tf.compat.v1.get_default_graph())
+                return step(*step_args)
+            return step_in_its_graph
+        return make
+
     spy("create_optimizer", pretraining_runner.create_optimizer)
-    spy("make_train_step", pretraining_runner.make_train_step)
+    spy("make_train_step", recording_graphs(pretraining_runner.make_train_step))
     name = "engine_" + "_".join(sorted(values))
     code, out, err = run(data_dir, name, capsys, num_train_steps=20, save_checkpoints_steps=10,
                          num_eval_steps=2, **values)
@@ -123,6 +136,17 @@ def test_engines_and_schedules(data_dir, capsys, monkeypatch, values):
     assert results["global_step"] == 20 and math.isfinite(results["masked_lm_loss"])
     config = json.loads((model_dir / "config.json").read_text())
     assert {key: config[key] for key in values} == values
+    # the settings take effect in the traced step: XLA compiles its forward and backward pass only with
+    # jit_compile (the generator's Gumbel noise is XLA's either way), and its matmuls run in bfloat16
+    # with mixed_bfloat16 but the embeddings' token-type one-hot products
+    graph = traced[0].as_graph_def()
+    assert any(f.attr["_XlaMustCompile"].b for f in graph.library.function
+               if "loss_and_gradients" in f.signature.name) == values.get("jit_compile", False)
+    matmuls = matmul_dtypes(graph)
+    compute = "bfloat16" if values.get("precision") == "mixed_bfloat16" else "float32"
+    others = {name for name, dtype in matmuls.items() if dtype != compute}  # the two encoders' and gradients
+    assert len(matmuls) > 20 and len(others) <= 4, others
+    assert all(name.endswith(("/embeddings/MatMul", "/embeddings/MatMul/MatMul")) for name in others), others
     per_replica = values.get("per_replica_clipping", False)
     assert clip_norms == {"create_optimizer": None if per_replica else 1.0,
                           "make_train_step": 1.0 if per_replica else None}

@@ -14,6 +14,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import make_train_step
+from checkpoint_helpers import matmul_dtypes
 
 BATCH, SEQ, VOCAB = 8, 32, 120
 IDS = dict(cls_id=1, sep_id=2, mask_id=3)
@@ -60,6 +61,16 @@ def run(step, num_steps: int) -> np.ndarray:
     compiled = tf.function(step)
     return np.array([float(compiled(BATCHES[i % len(BATCHES)], tf.constant([0, i])))
                      for i in range(num_steps)])
+
+
+def traced(step):
+    """The GraphDef of `step` traced in a tf.function on the first batch (with its functions)."""
+    return tf.function(step).get_concrete_function(BATCHES[0], tf.constant([0, 0])).graph.as_graph_def()
+
+
+def xla_functions(step) -> list:
+    """The names of the functions of the traced step that XLA must compile (`jit_compile=True`)."""
+    return [f.signature.name for f in traced(step).library.function if f.attr["_XlaMustCompile"].b]
 
 
 @pytest.fixture(scope="module")
@@ -140,19 +151,25 @@ def test_jit_compile_matches_graph_step_on_a_deterministic_objective():
     depend on the random draws (XLA's stateless RNG differs from TF's), so XLA and graph mode must
     agree numerically."""
     hparams = dict(STEADY, objective="bert", mask_prob=0.99, mask_token_fraction=1.0)
-    losses = {}
+    losses, compiled = {}, {}
     for jit in (False, True):
         model, optimizer = build(**hparams)
-        losses[jit] = run(make_train_step(model, optimizer, jit_compile=jit), 8)
+        step = make_train_step(model, optimizer, jit_compile=jit)
+        losses[jit] = run(step, 8)
+        compiled[jit] = xla_functions(step)
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)
     assert losses[True][-1] < losses[True][0]
+    # the setting takes effect: forward and backward are one function XLA must compile, and only with it
+    assert not compiled[False] and compiled[True] and all("loss_and_gradients" in name for name in compiled[True])
 
 
 def test_jit_compile_tracks_graph_step_on_electra(graph_run):
     """ELECTRA objective, same seeds, no dropout: masks and samples come from different RNG streams
     under XLA, so the losses agree only statistically (a loose tolerance)."""
     model, optimizer = build(**STEADY)
-    losses = run(make_train_step(model, optimizer, jit_compile=True), STEPS)
+    step = make_train_step(model, optimizer, jit_compile=True)
+    losses = run(step, STEPS)
+    assert xla_functions(step)  # compiled by XLA, not graph mode under another name
     np.testing.assert_allclose(losses, graph_run[0], rtol=0.15)
     np.testing.assert_allclose(losses.mean(), graph_run[0].mean(), rtol=0.03)
 
@@ -167,7 +184,14 @@ def mixed_float16():
 def test_mixed_float16_with_dynamic_loss_scaling(mixed_float16):
     model, optimizer = build()
     optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer, initial_scale=2.0 ** 15)
-    losses = run(make_train_step(model, optimizer), 10)
+    step = make_train_step(model, optimizer)
+    losses = run(step, 10)
+    # the policy takes effect: every matmul of the traced step, forward and backward, in float16 but the
+    # embeddings' token-type one-hot products and their gradients (the embedding sum stays float32)
+    matmuls = matmul_dtypes(traced(step))
+    assert len(matmuls) > 20 and {name for name, dtype in matmuls.items() if dtype != "float16"} == {
+        f"{prefix}pretraining_model/{net}/embeddings/MatMul{suffix}" for net in ("electra", "generator")
+        for prefix, suffix in (("", ""), ("gradient_tape/", "/MatMul"))}
     assert np.isfinite(losses).all()
     assert losses[-3:].mean() < losses[:3].mean()
     assert float(optimizer.loss_scale) > 1.0

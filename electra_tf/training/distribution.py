@@ -50,9 +50,37 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
 
 
+def distribute_rows(strategy: tf.distribute.Strategy, batch: dict):
+    """A global batch (a dict of tensors, examples on axis 0; inside a tf.function) as a per-replica
+    value: of n replicas, replica r gets rows [r * B // n, (r + 1) * B // n), so the replicas hold
+    the whole batch in order, whatever its size (an epoch's last, smaller batch included). Every
+    worker of a multi-worker run passes the same global batch and keeps its replicas' rows."""
+
+    def rows(context: tf.distribute.experimental.ValueContext) -> dict:
+        replica, replicas = context.replica_id_in_sync_group, context.num_replicas_in_sync
+        return {name: t[replica * tf.shape(t)[0] // replicas:(replica + 1) * tf.shape(t)[0] // replicas]
+                for name, t in batch.items()}
+
+    return strategy.experimental_distribute_values_from_function(rows)
+
+
+def gather_rows(strategy: tf.distribute.Strategy, values):
+    """Per-replica results (any nest of tensors, examples on axis 0) of `distribute_rows`' batch
+    concatenated in replica order: one result per example of the global batch, in its order."""
+    return tf.nest.map_structure(lambda value: strategy.gather(value, axis=0), values)
+
+
 def set_precision(policy: str) -> None:
     """float32, mixed_bfloat16 or mixed_float16 for every layer built afterwards."""
     tf_keras.mixed_precision.set_global_policy(policy)
+
+
+def with_loss_scaling(optimizer, policy: str):
+    """Under mixed_float16, `optimizer` in a LossScaleOptimizer (dynamic loss scaling: float16
+    gradients would underflow without it; `make_train_step` scales and unscales); else itself."""
+    if policy == "mixed_float16":
+        return tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
 
 
 @contextlib.contextmanager

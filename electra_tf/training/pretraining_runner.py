@@ -29,19 +29,18 @@ from typing import Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from electra_tf import atomic_files, disk_full
 from electra_tf.config import PretrainingConfig, has_rtd_loss
 from electra_tf.dir_lock import DirLock
 from electra_tf.errors import InputError, WorkerLost
 from electra_tf.objectives import PretrainingMetrics
-from electra_tf.optimization import CLIP_NORM, create_optimizer, create_slots, gradient_norm
+from electra_tf.optimization import CLIP_NORM, create_optimizer, create_slots, current_learning_rate
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import checkpointing, distribution, interruption
 from electra_tf.training.evaluation import Evaluator, check_eval_data, eval_summary, update_metrics
-from electra_tf.training.reporting import Reporter, write_results
+from electra_tf.training.reporting import GradientNorm, Reporter, write_results
 from electra_tf.training.train_step import make_train_step
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
@@ -93,9 +92,8 @@ class _Training:
         with strategy.scope():
             self.metrics = PretrainingMetrics(electra_objective=has_rtd, disc_weight=config.disc_weight,
                                               padded_auc=False)  # the training step's own metrics
-            # The gradient's global norm before clipping (clip_norm 1.0 divides every step whose norm
-            # exceeds 1 by it): a training-only figure, so kept beside the shared metrics.
-            self.gradient_norm = tf_keras.metrics.Mean("grad_norm")
+            # a training-only figure, so kept beside the shared metrics
+            self.gradient_norm = GradientNorm()
             self.evaluator = Evaluator(strategy, model, has_rtd, config.disc_weight, config.seed)
         self.base_seed = tf.constant([config.seed, 0], tf.int64)
         self.loops = {}  # compiled training loops by stage
@@ -106,18 +104,11 @@ class _Training:
         seed = tf.random.experimental.stateless_fold_in(self.base_seed, tf.cast(step, tf.int64))
         return tf.random.experimental.stateless_fold_in(seed, replica)
 
-    def _record_gradient_norm(self, grads) -> None:
-        norm = gradient_norm(grads)
-        finite = tf.math.is_finite(norm)  # a float16 overflow step, which the optimizer skips
-        self.gradient_norm.update_state(tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32))
-
     def train_results(self) -> Dict[str, float]:
         """The training metrics since the last call (which resets them): the shared ones and grad_norm."""
         results = self.metrics.result()
-        if float(self.gradient_norm.count.read_value()) > 0:
-            results["grad_norm"] = float(self.gradient_norm.result())
+        results.update(self.gradient_norm.take())
         self.metrics.reset_state()
-        self.gradient_norm.reset_state()
         return results
 
     def train_loop(self, stage: str):
@@ -132,7 +123,7 @@ class _Training:
                 clip_norm=CLIP_NORM if config.per_replica_clipping else None,
                 on_output=lambda features, output: update_metrics(
                     self.metrics, features, output, self.model.special_ids["mask_id"]),
-                on_gradients=self._record_gradient_norm)
+                on_gradients=self.gradient_norm.record)
 
         def replica_step(features):
             return step_fn(features, self._seed(self.optimizer.iterations))
@@ -216,8 +207,7 @@ def _run_in_model_dir(config: PretrainingConfig, strategy, chief: bool, train_da
                                      warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
                                      optimizer=config.optimizer,
                                      clip_norm=None if config.per_replica_clipping else CLIP_NORM)
-        if config.precision == "mixed_float16":
-            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+        optimizer = distribution.with_loss_scaling(optimizer, config.precision)
     _check_batch_sizes(config, strategy)
     training = _Training(config, strategy, model, optimizer)
     reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
@@ -322,7 +312,8 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
             if step % config.log_every == 0 or step == config.num_train_steps:
                 last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
                 logged_step = step
-                reporter.train_progress(step, last_loss, training.train_results(), float(_learning_rate(optimizer)))
+                reporter.train_progress(step, last_loss, training.train_results(),
+                                        float(current_learning_rate(optimizer)))
             if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
                 training.model.init_discriminator_from_generator()
             if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
@@ -371,9 +362,3 @@ def _first_line(error: tf.errors.OpError) -> str:
     if gist.endswith(":") and kept[0] + 1 < len(lines):  # "tasks are unhealthy ...:" and then which
         gist += " " + lines[kept[0] + 1]
     return gist.split("}} ")[-1].split(" [Op:")[0].split(" [[")[0]
-
-
-def _learning_rate(optimizer) -> tf.Tensor:
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    rate = inner.learning_rate
-    return rate(inner.iterations) if callable(rate) else rate

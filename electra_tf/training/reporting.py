@@ -7,9 +7,33 @@ import time
 from typing import Dict
 
 import tensorflow as tf
+import tf_keras
 
 from electra_tf import atomic_files
+from electra_tf.optimization import gradient_norm
 from electra_tf.progress import format_duration
+
+
+class GradientNorm:
+    """The mean global norm of the gradients given to the optimizer (before clipping: clip_norm 1.0
+    divides every step whose norm exceeds 1 by it) over the steps since the last `take`. A float16
+    step whose gradients overflowed, which the loss-scale optimizer skips, is left out. Under a
+    strategy, each replica's own gradient; create it in the strategy's scope."""
+
+    def __init__(self):
+        self.mean = tf_keras.metrics.Mean("grad_norm")
+
+    def record(self, grads) -> None:
+        """`make_train_step`'s `on_gradients`: runs inside the traced step."""
+        norm = gradient_norm(grads)
+        finite = tf.math.is_finite(norm)
+        self.mean.update_state(tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32))
+
+    def take(self) -> Dict[str, float]:
+        """{"grad_norm": the mean} ({} when no step was recorded), and a fresh start."""
+        result = {"grad_norm": float(self.mean.result())} if float(self.mean.count.read_value()) > 0 else {}
+        self.mean.reset_state()
+        return result
 
 
 class Reporter:
@@ -35,14 +59,20 @@ class Reporter:
         self._last_step = self._start_step = step
         self._last_time = self._start = time.monotonic()
 
-    def train_progress(self, step: int, loss: float, metrics: Dict[str, float], learning_rate: float) -> None:
-        """One console line and the training scalars for the steps since the last call."""
+    def throughput(self, step: int) -> float:
+        """Examples per second over the steps since the last call (or `start`)."""
         now = time.monotonic()
         steps = max(step - self._last_step, 1)
         examples_per_second = steps * self.batch_size / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_step = now, step
+        return examples_per_second
+
+    def train_progress(self, step: int, loss: float, metrics: Dict[str, float], learning_rate: float) -> None:
+        """One console line and the training scalars for the steps since the last call."""
+        examples_per_second = self.throughput(step)
+        now = self._last_time
         done = step - self._start_step
         eta = (self.total_steps - step) * (now - self._start) / max(done, 1)
-        self._last_time, self._last_step = now, step
         shown = " ".join(f"{name} {metrics[name]:.4f}" for name in
                          ("masked_lm_loss", "masked_lm_accuracy", "masked_lm_accuracy_at_mask", "disc_loss",
                           "disc_auc", "grad_norm") if name in metrics)
@@ -56,6 +86,12 @@ class Reporter:
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
+
+    def __enter__(self) -> "Reporter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def scalars(self, split: str, step: int, values: Dict[str, float]) -> None:
         with self.writers[split].as_default():

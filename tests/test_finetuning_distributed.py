@@ -1,0 +1,96 @@
+"""Fine-tuning under a tf.distribute strategy: a MirroredStrategy over two logical CPUs trains MRPC
+and chunking to the weights one device reaches (same global batch, same start, dropout off), and
+scores dev the same, for the summed loss (the original's) and the mean over the global batch.
+
+Two logical CPUs are fixed when TensorFlow starts, so the trials run in a fresh subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from process_helpers import REPO
+from test_finetuning import data_dir, run_cli  # noqa: F401 (data_dir: MRPC and a tiny pretrained model)
+
+# Trains one trial on one device (TF's default strategy) and one under MirroredStrategy over two
+# logical CPUs from the same weights; prints {max |weight difference|, both trials' dev scores}.
+# Batches of 15 and 25 rows split 7/8 and 12/13 over the replicas; MRPC's 96 training examples
+# end each epoch with a smaller batch of 6.
+SCRIPT = """
+import io, json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import finetune.heads
+from electra_tf.training.interruption import Interruption
+from finetune.config import FinetuningConfig
+from finetune.runner import Trial
+from finetune.task_data import load_task_data, make_tokenizer
+
+finetune.heads.HEAD_DROPOUT = 0.0  # the [CLS] heads' dropout (the encoder's is off through the config)
+data_dir, values = sys.argv[1], json.loads(sys.argv[2])
+config = FinetuningConfig.from_hparams("tiny", data_dir, values)
+data = load_task_data(config, make_tokenizer(config))
+trained, start = {}, None
+for name, strategy in (("one", None), ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
+    trial = Trial(config, data, 1, io.StringIO(), strategy)
+    trial.initialise()
+    if start is None:
+        start = [v.numpy() for v in trial.model.variables]
+    for variable, value in zip(trial.model.variables, start):  # the same head initialisation
+        variable.assign(value)
+    with Interruption(io.StringIO()) as interrupt:
+        scores = trial.train(interrupt)
+    trained[name] = (trial.strategy.num_replicas_in_sync, [v.numpy() for v in trial.model.variables], scores)
+(n1, one, one_scores), (n2, mirrored, mirrored_scores) = trained.values()
+print("RESULT " + json.dumps({"replicas": [n1, n2], "moved": max(float(np.abs(a - b).max()) for a, b in zip(one, start)),
+      "difference": max(float(np.abs(a - b).max()) for a, b in zip(one, mirrored)),
+      "scores": [one_scores, mirrored_scores]}))
+"""
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+# float32 rounding: the replicas' gradients are summed in another order than one device's batch
+WEIGHT_TOLERANCE = 1e-5
+
+
+def two_replica_result(data_dir, values) -> dict:  # noqa: F811
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    hparams = {"model_size": "tiny", "max_seq_length": 32, "train_batch_size": 15, "eval_batch_size": 25,
+               "max_examples": 48, "num_train_epochs": 1.0, "learning_rate": 1e-3, "iterations_per_loop": 100,
+               "model_hparam_overrides": NO_DROPOUT, **values}
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(data_dir), json.dumps(hparams)], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+@pytest.mark.parametrize("values", [{"task_names": ["mrpc"]}, {"task_names": ["mrpc"], "loss_reduction": "mean"},
+                                    {"task_names": ["chunk"]}], ids=["mrpc-sum", "mrpc-mean", "chunk"])
+def test_two_replicas_train_the_one_device_model(data_dir, shared_data, values):  # noqa: F811
+    chunk = data_dir / "finetuning_data" / "chunk"
+    if not chunk.exists():
+        chunk.mkdir()
+        (chunk / "train.txt").symlink_to(shared_data / "conll2000" / "train.txt")
+        (chunk / "dev.txt").symlink_to(shared_data / "conll2000" / "test.txt")
+    result = two_replica_result(data_dir, values)
+    assert result["replicas"] == [1, 2]
+    assert result["moved"] > 100 * WEIGHT_TOLERANCE  # training changed the weights far more than the tolerance
+    assert result["difference"] <= WEIGHT_TOLERANCE, result
+    one, mirrored = result["scores"]
+    task = values["task_names"][0]
+    for metric, value in one[task].items():
+        tolerance = 1e-4 if metric == "loss" else 0.0  # the same predictions: the same counts
+        assert mirrored[task][metric] == pytest.approx(value, abs=tolerance), (metric, one, mirrored)
+
+
+def test_the_strategy_hparam_runs_a_trial_or_is_one_clear_error(data_dir, capsys):  # noqa: F811
+    code, out, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="one_device")
+    assert code == 0, err
+    assert "[trial 1] epoch 1.00 dev: mrpc accuracy" in out
+    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="multi_worker")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("strategy 'multi_worker' is not one of: None, auto, one_device, mirrored (multi_worker and tpu "
+            "fine-tuning are not supported yet)") in err

@@ -1,0 +1,87 @@
+"""Fine-tuning with `precision: "mixed_float16"`: float16 matmuls on float32 variables (asserted on
+the traced step, as the bfloat16 test does), dynamic loss scaling that is reported (progress line
+and TensorBoard) and keeps the run finite, and a dev score within float32's spread over seeds."""
+
+import io
+import math
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from electra_tf.training.interruption import Interruption
+from finetune.config import FinetuningConfig
+from finetune.runner import TENSORBOARD, Trial, run
+from finetune.task_data import load_task_data, make_tokenizer
+from test_finetuning import data_dir, finetuning_config  # noqa: F401 (data_dir is a fixture)
+from test_finetuning_tensorboard import read_scalars
+from checkpoint_helpers import matmul_dtypes
+
+INITIAL_SCALE = 2.0 ** 15  # tf_keras's dynamic loss scale starts here and halves at each overflowing step
+# chunking from random weights learns within a few dozen steps (MRPC and SST-2 at this size stay at
+# chance level): CoNLL-2000's first 200 sentences, 4 epochs of 13 steps, scored on 200 test sentences
+CHUNK = dict(model_size="tiny", random_init=True, task_names=["chunk"], max_seq_length=64, train_batch_size=16,
+             eval_batch_size=64, max_examples=200, num_train_epochs=4.0, iterations_per_loop=100,
+             learning_rate=1e-3, num_trials=3)
+
+
+def fp16_trial(data_dir, **values):  # noqa: F811
+    config = finetuning_config(data_dir, task_names=["mrpc"], precision="mixed_float16", iterations_per_loop=1,
+                               **values)
+    trial = Trial(config, load_task_data(config, make_tokenizer(config)), 1, io.StringIO())
+    trial.initialise()
+    return trial
+
+
+def test_fp16_step_multiplies_in_float16_on_float32_variables(data_dir):  # noqa: F811
+    trial = fp16_trial(data_dir)
+    step = trial.compile_train_step(6)
+    dense = [layer for layer in trial.model.submodules if isinstance(layer, tf_keras.layers.Dense)]
+    assert dense and {layer.compute_dtype for layer in dense} == {"float16"}
+    assert {v.dtype for v in trial.model.variables} == {tf.float32}
+    assert isinstance(trial.optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+    matmuls = matmul_dtypes(step.get_concrete_function().graph.as_graph_def())
+    float32_matmuls = {name for name, dtype in matmuls.items() if dtype != "float16"}
+    # every matmul, forward and backward, in float16 but the embeddings' token-type one-hot product
+    # and its gradient (the embedding sum stays float32 by design), as under bfloat16
+    assert len(matmuls) > 20 and float32_matmuls == {
+        "finetuning_model/electra/embeddings/MatMul",
+        "gradient_tape/finetuning_model/electra/embeddings/MatMul/MatMul"}, float32_matmuls
+
+
+def test_fp16_trial_stays_finite_and_reports_its_loss_scale(data_dir):  # noqa: F811
+    trial = fp16_trial(data_dir)
+    with Interruption(io.StringIO()) as interrupt:
+        scores = trial.train(interrupt)
+    assert all(np.isfinite(v.numpy()).all() for v in trial.model.variables)
+    assert math.isfinite(scores["mrpc"]["loss"]) and 0 <= scores["mrpc"]["accuracy"] <= 100
+    printed = [float(x) for x in re.findall(r"^\[trial 1\] train: .* loss scale (\S+)$", trial.stream.getvalue(),
+                                            flags=re.M)]
+    logged = read_scalars(trial.model_dir / TENSORBOARD / "train")["loss_scale"]
+    assert len(printed) == 6 and [logged[step] for step in range(1, 7)] == printed  # every step (iterations_per_loop 1)
+    # halved at each overflowing step (a skipped update), never raised within 2000 steps: powers of 2, falling
+    assert all(math.log2(scale).is_integer() for scale in printed) and printed == sorted(printed, reverse=True)
+    assert 1 <= printed[-1] == float(trial.optimizer.loss_scale) <= INITIAL_SCALE
+
+
+@pytest.fixture(scope="module")
+def chunk_dir(tmp_path_factory, shared_data, vocab_file):
+    root = tmp_path_factory.mktemp("fp16_chunk")
+    (root / "finetuning_data" / "chunk").mkdir(parents=True)
+    (root / "finetuning_data" / "chunk" / "train.txt").symlink_to(shared_data / "conll2000" / "train.txt")
+    (root / "finetuning_data" / "chunk" / "dev.txt").symlink_to(shared_data / "conll2000" / "test.txt")
+    (root / "vocab.txt").symlink_to(vocab_file)
+    return root
+
+
+def test_fp16_chunk_f1_lies_within_the_float32_seed_spread(chunk_dir):
+    f1 = {}
+    for precision in ("float32", "mixed_float16"):
+        config = FinetuningConfig.from_hparams("tiny", str(chunk_dir), {**CHUNK, "precision": precision})
+        f1[precision] = [trial["chunk"]["f1"] for trial in run(config, io.StringIO())["trials"]]
+    low, high = min(f1["float32"]), max(f1["float32"])
+    assert high - low > 0.5, f1  # seeds do spread (head init, dropout, batch order)
+    assert low <= float(np.median(f1["mixed_float16"])) <= high, f1
+    assert min(f1["mixed_float16"]) > 20, f1  # learned: chunk F1 from random weights before training is ~0
