@@ -5,8 +5,8 @@ by length so that a batch pads little (dynamic padding), run through the encoder
 task's head, and written back in input order as JSONL, one object per input row: the row's `id`
 when it has one, then the task's prediction (`Task.prediction_rows`) and, with `embeddings`, the
 `[CLS]` vector and the mean over real tokens of the encoder's output. The output is written
-under a temporary name and renamed into place at the end, so an interrupted run leaves no
-truncated file under the final name. Progress goes to `stream` every few seconds (rows/s, and
+under a temporary name and renamed into place at the end, so an interrupted run (or a full disk,
+reported as one line) leaves no truncated file under the final name. Progress goes to `stream` every few seconds (rows/s, and
 with a file the share read and the ETA); a closing line gives the count and throughput.
 """
 
@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import disk_full
 from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.checkpoints.saved_model import pooled
 from electra_tf.errors import InputError
@@ -103,7 +104,8 @@ def predict(model_dir, input_path: str, output_path: str, task: Optional[str] = 
     start = last = time.monotonic()
     count = 0
     try:
-        with open(partial, "w", encoding="utf-8") as out:
+        with disk_full.reported(lambda: f"nothing is written to {output}", output), \
+                open(partial, "w", encoding="utf-8") as out:
             while True:
                 chunk = list(itertools.islice(items, group))
                 if not chunk:

@@ -48,7 +48,8 @@ def test_training_scalars_at_every_progress_line(trial_and_scores):
     assert set(train) == {"loss", "learning_rate", "grad_norm", "examples_per_second"}
     assert all(sorted(values) == [4, 8, 12] for values in train.values())
     printed = [float(x) for x in re.findall(r"^\[trial 1\] train: .* loss ([\d.]+)$", trial.stream.getvalue(), flags=re.M)]
-    assert [round(train["loss"][step], 4) for step in (4, 8, 12)] == pytest.approx(printed, abs=1e-4)
+    # the printed loss has 4 decimals; the event holds float32: the two may round a unit apart
+    assert [train["loss"][step] for step in (4, 8, 12)] == pytest.approx(printed, abs=1.5e-4)
     schedule = trial.optimizer.learning_rate  # warm-up to 1e-3 over 1.2 steps, then linear decay to 0 at step 12
     for step, rate in train["learning_rate"].items():
         assert rate == pytest.approx(float(schedule(step)), rel=1e-6)

@@ -3,6 +3,7 @@ predictions (labels, tags) and with its SavedModel (probabilities within 1e-5); 
 encoder's; bad input gets one error and leaves no output."""
 
 import csv
+import errno
 import io
 import json
 import os
@@ -184,7 +185,7 @@ def test_mean_embedding_is_the_encoders_output_over_real_tokens(trained, tmp_pat
         np.testing.assert_allclose(row["embedding"]["cls"], sequence[0], atol=1e-5)
 
 
-def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys):
+def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys, monkeypatch):
     root, models = trained
     trial_dir = str(models["reviews"][1])
     output = tmp_path / "out.jsonl"
@@ -202,6 +203,14 @@ def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys)
                          "--skip-empty"]) == 0
     assert len(output.read_text().splitlines()) == 2 and "1 empty line(s) skipped" in capsys.readouterr().err
     assert "exists; pass --overwrite" in error(["--input", str(tmp_path / "gaps.txt")])
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".full.jsonl.partial"))
+    monkeypatch.setattr(Predictor, "rows", no_space)  # the disk fills while predictions are written
+    assert predict.main(["--model-dir", trial_dir, "--output", str(tmp_path / "full.jsonl"),
+                         "--input", str(tmp_path / "gaps.txt"), "--skip-empty"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and f"no space left on the device for {tmp_path / 'full.jsonl'}" in error
+    assert not list(tmp_path.glob("*full.jsonl*"))  # no output, no partial file
     shutil.copytree(root / "models" / "tiny", tmp_path / "pretrained", ignore=shutil.ignore_patterns("finetuning*"))
     with pytest.raises(InputError, match="holds no fine-tuned model"):
         Predictor(tmp_path / "pretrained")
