@@ -4,14 +4,16 @@
         --input new_reviews.csv --output predictions.jsonl
 
 The model dir is a trial's (`keep_all_models` keeps them); the task's columns travel with it, so a
-file in the task's own format (by its extension: .csv, .tsv, .jsonl, .conll) needs no other flag.
-Any other file, or `-` (standard input), is plain text: a text a line (a pair task: the two texts
+file in the task's own format needs no other flag: one named as the task's files are (a CoNLL
+`.txt`), else by its extension (.csv, .tsv, .jsonl, .conll). Any other file, or `-` (standard
+input), is plain text: a text a line (a pair task: the two texts
 separated by a tab; a tagging task: a sentence, words split on whitespace). Each output object
 holds the row's `id` (when the input has the task's id column) and the prediction:
 classification `label` and `probabilities`; multi-label `labels` and `probabilities`;
 regression `score`; tagging `words`, `tags` and `entities` (type, character start and end in the
 line, text); SQuAD (JSONL with question and context) `answer`, its `start` and `end` in the
-context and, for SQuAD 2.0, `null_odds` and `abstains`. `--embeddings` adds the `[CLS]` and mean-pooled encoder vectors. docs/finetuning.md.
+context and, for SQuAD 2.0, `null_odds` and `abstains`. `--embeddings` adds the `[CLS]` and
+mean-pooled encoder vectors. docs/finetuning.md.
 """
 
 import argparse
@@ -30,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, help="the JSONL file to write")
     parser.add_argument("--task", default=None, help="the task to predict, for a multi-task model")
     parser.add_argument("--input-format", choices=FORMATS, default=None,
-                        help="how the input is written (default: by its extension; plain text otherwise)")
+                        help="how the input is written (default: the task's own for a file named as its files "
+                             "are, else by its extension; plain text otherwise)")
     parser.add_argument("--embeddings", action="store_true", help="also write the [CLS] and mean-pooled vectors")
     parser.add_argument("--skip-empty", action="store_true",
                         help="leave empty lines or texts out (counted) instead of stopping at the first")
