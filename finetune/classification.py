@@ -24,7 +24,39 @@ from finetune.task_files import TaskFiles
 USER_METRICS = ("accuracy", "macro_f1", "mcc")
 
 
-class ClassificationTask(SentenceTask):
+class NamedLabels:
+    """A task's label set: the spec's, or every label of the train file in a stable order (read
+    once); a cell's labels as head positions, a label train never had an error naming the line."""
+
+    files: object
+    _labels: Optional[Tuple[str, ...]] = None
+    _positions: Optional[Dict[str, int]] = None
+
+    def cell_labels(self, cell, path: Path, line: int) -> Tuple[str, ...]:
+        """The label names a label cell holds."""
+        raise NotImplementedError
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        """The label names in head order."""
+        if self._labels is None:
+            path, rows = self.files.rows("train")
+            self._labels = stable_labels(name for line, cells in rows
+                                         for name in self.cell_labels(cells["label"], path, line))
+        return self._labels
+
+    def positions(self, cell, path: Path, line: int) -> List[int]:
+        """The head positions of a cell's labels."""
+        if self._positions is None:
+            self._positions = label_positions(self.labels)
+        try:
+            return [self._positions[name] for name in self.cell_labels(cell, path, line)]
+        except KeyError as error:
+            raise InputError(f"{path}:{line}: label {error.args[0]!r} is not one of the task's labels "
+                             f"({', '.join(self.labels)})") from None
+
+
+class ClassificationTask(NamedLabels, SentenceTask):
     type_name = "classification"
 
     def __init__(self, name: str, files: Optional[TaskFiles], labels: Optional[Sequence[str]] = None,
@@ -37,22 +69,11 @@ class ClassificationTask(SentenceTask):
     def from_spec(cls, name: str, spec: dict, root: Optional[str], card: dict) -> "ClassificationTask":
         return cls(name, cls.spec_files(spec, root), card.get("labels") or spec.get("labels"))
 
-    @property
-    def labels(self) -> Tuple[str, ...]:
-        """The class names in head order (read from the train file the first time, if not given)."""
-        if self._labels is None:
-            path, rows = self.files.rows("train")
-            self._labels = stable_labels(text_cell(cells["label"], path, line, "label").strip()
-                                         for line, cells in rows)
-        return self._labels
+    def cell_labels(self, cell, path: Path, line: int) -> Tuple[str, ...]:
+        return (text_cell(cell, path, line, "label").strip(),)
 
     def label_value(self, cell, path: Path, line: int) -> int:
-        label = text_cell(cell, path, line, "label").strip()
-        positions = label_positions(self.labels)
-        if label not in positions:
-            raise InputError(f"{path}:{line}: label {label!r} is not one of the task's labels "
-                             f"({', '.join(self.labels)})")
-        return positions[label]
+        return self.positions(cell, path, line)[0]
 
     def make_head(self, config, hidden_size: int) -> ClassificationHead:
         return ClassificationHead(self.name, len(self.labels), hidden_size)

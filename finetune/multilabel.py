@@ -20,9 +20,10 @@ from electra_tf.errors import InputError
 from finetune import scorers
 from finetune.heads import ClsHead
 from finetune.inputs import Features, pad_batch
+from finetune.classification import NamedLabels
 from finetune.sentence_task import SentenceTask
 from finetune.servers import MultilabelServer
-from finetune.task import EvalSplit, label_positions, stable_labels
+from finetune.task import EvalSplit
 from finetune.task_files import TaskFiles
 
 
@@ -46,7 +47,7 @@ class MultilabelHead(ClsHead):
         return tf.sigmoid(logits)  # [B, K]
 
 
-class MultilabelTask(SentenceTask):
+class MultilabelTask(NamedLabels, SentenceTask):
     type_name = "multilabel"
 
     def __init__(self, name: str, files: Optional[TaskFiles], labels: Optional[Sequence[str]] = None,
@@ -62,7 +63,7 @@ class MultilabelTask(SentenceTask):
         return cls(name, cls.spec_files(spec, root), card.get("labels") or spec.get("labels"),
                    spec.get("label_delimiter"), spec.get("threshold", 0.5))
 
-    def _names(self, cell, path: Path, line: int) -> Tuple[str, ...]:
+    def cell_labels(self, cell, path: Path, line: int) -> Tuple[str, ...]:
         """The labels of a cell: a list, a JSON list in a string, or the cell split on the delimiter."""
         value = cell
         if isinstance(value, str) and value.strip().startswith("["):
@@ -79,22 +80,9 @@ class MultilabelTask(SentenceTask):
             raise InputError(f"{path}:{line}: labels {cell!r} are neither a JSON list of labels {how}")
         return tuple(str(v).strip() for v in value)
 
-    @property
-    def labels(self) -> Tuple[str, ...]:
-        if self._labels is None:
-            path, rows = self.files.rows("train")
-            self._labels = stable_labels(name for line, cells in rows
-                                         for name in self._names(cells["label"], path, line))
-        return self._labels
-
     def label_value(self, cell, path: Path, line: int) -> np.ndarray:
-        positions = label_positions(self.labels)
         vector = np.zeros(len(self.labels), np.float32)
-        for name in self._names(cell, path, line):
-            if name not in positions:
-                raise InputError(f"{path}:{line}: label {name!r} is not one of the task's labels "
-                                 f"({', '.join(self.labels)})")
-            vector[positions[name]] = 1.0
+        vector[self.positions(cell, path, line)] = 1.0
         return vector
 
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> MultilabelFeatures:
