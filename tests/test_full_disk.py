@@ -22,6 +22,7 @@ import tensorflow as tf
 
 import run_finetuning
 import run_pretraining
+from electra_tf.training.reporting import Reporter
 from pretrain_data import vocab_learning
 from full_disk_helpers import SmallDisk, files_under, no_space
 from process_helpers import REPO, pretraining_hparams
@@ -242,3 +243,33 @@ def test_vocab_learning_and_an_export_on_a_full_disk_write_nothing(data_dir, tmp
                         rf"nothing was written to {re.escape(str(export))}: free space and run the same command again",
                         one_line(capsys.readouterr().err))
     assert sorted(p.name for p in disk.path.iterdir()) == (["filler"] if disk.real else [])
+
+
+def test_tensorboard_events_on_a_full_disk_keep_only_whole_records(small_disk):
+    """A flush that found the disk full leaves part of a record at the end of the events file (a tmpfs
+    does: a write stops at its last page); the reporter cuts it back, so every reader gets every
+    whole record and no DataLossError."""
+    disk = small_disk(1 * MB)
+    steps_written = []
+
+    def torn_flush(writer):  # without a tmpfs: what the kernel does, part of a record, then ENOSPC
+        events = next((disk.path / "model" / "train").glob("events.out.tfevents.*"))
+        with open(events, "ab") as handle:
+            handle.write(b"\x2a\x00\x00\x00\x00")
+        raise no_space(events)
+
+    with pytest.raises(tf.errors.ResourceExhaustedError, match="No space left on device"):
+        with Reporter(disk.path / "model", 10 ** 6, 32, chief=True) as reporter:
+            for step in range(3):
+                reporter.scalars("train", step, {"loss": 1.0 / (step + 1)})
+                steps_written.append(step)
+            disk.fill(4096, lambda patch: patch.setattr(type(reporter.writers["train"]), "flush", torn_flush))
+            for step in range(3, 10 ** 5):
+                reporter.scalars("train", step, {"loss": 1.0 / (step + 1), "learning_rate": 1e-4})
+                steps_written.append(step)
+    [events] = (disk.path / "model" / "train").glob("events.out.tfevents.*")
+    records = [tf.compat.v1.Event.FromString(record.numpy()) for record in tf.data.TFRecordDataset(str(events))]
+    steps = sorted({event.step for event in records if event.summary.value})
+    assert steps[:len(steps_written)] == steps_written  # every flushed step is intact
+    assert len(steps) <= len(steps_written) + 1  # at most the step whose flush failed, in part
+    disk.free()

@@ -210,7 +210,19 @@ def _run_in_model_dir(config: PretrainingConfig, strategy, chief: bool, train_da
         optimizer = distribution.with_loss_scaling(optimizer, config.precision)
     _check_batch_sizes(config, strategy)
     training = _Training(config, strategy, model, optimizer)
-    reporter = Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream)
+    with Reporter(model_dir, config.num_train_steps, config.train_batch_size, chief, stream) as reporter:
+        results = _train_and_evaluate(config, strategy, training, train_dataset_fn, eval_dataset_fn, model_dir,
+                                      chief, reporter, locate_damage)
+    if chief:
+        write_results(results, config.results_json, config.results_txt)
+    return RunOutput(results, model)
+
+
+def _train_and_evaluate(config: PretrainingConfig, strategy, training: _Training, train_dataset_fn,
+                        eval_dataset_fn, model_dir, chief: bool, reporter: Reporter,
+                        locate_damage) -> Dict[str, float]:
+    """The run's training (or loading, for evaluation only) and its final evaluation: its results."""
+    model, optimizer = training.model, training.optimizer
     results: Dict[str, float] = {}
     evaluate = _evaluation(config, strategy, training, eval_dataset_fn, reporter) if config.do_eval else None
     if config.do_train:
@@ -228,10 +240,7 @@ def _run_in_model_dir(config: PretrainingConfig, strategy, chief: bool, train_da
     if evaluate is not None:
         results.update(evaluate())
     results["global_step"] = int(optimizer.iterations.numpy())
-    reporter.close()
-    if chief:
-        write_results(results, config.results_json, config.results_txt)
-    return RunOutput(results, model)
+    return results
 
 
 def _evaluation(config, strategy, training: _Training, eval_dataset_fn: DatasetFn,

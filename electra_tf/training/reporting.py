@@ -1,10 +1,11 @@
 """What a run tells its user: console progress lines, TensorBoard scalars and results files."""
 
+import glob
 import json
 import os
 import sys
 import time
-from typing import Dict
+from typing import Dict, List
 
 import tensorflow as tf
 import tf_keras
@@ -12,6 +13,11 @@ import tf_keras
 from electra_tf import atomic_files
 from electra_tf.optimization import gradient_norm
 from electra_tf.progress import format_duration
+
+
+# A TFRecord (an events file's record) is its data framed by a length (8 bytes), the length's CRC (4)
+# and the data's CRC (4).
+RECORD_FRAMING = 16
 
 
 class GradientNorm:
@@ -47,6 +53,7 @@ class Reporter:
         self.batch_size = batch_size
         self.stream = stream or sys.stdout
         self.writers = {}
+        self.directories = [os.path.join(model_dir, split) for split in ("train", "eval")] if chief else []
         for split in ("train", "eval"):
             self.writers[split] = (tf.summary.create_file_writer(os.path.join(model_dir, split)) if chief
                                    else tf.summary.create_noop_writer())
@@ -90,14 +97,42 @@ class Reporter:
     def __enter__(self) -> "Reporter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, error_type, error, traceback) -> None:
+        """Closes the writers. After a failure (a flush that found the disk full, a kill signal) their
+        files may end in a record's first bytes: they are cut back to their whole records."""
+        if error_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:  # the failure in flight is the one to report (often the same full disk)
+            pass
+        for directory in self.directories:
+            drop_torn_records(directory)
 
     def scalars(self, split: str, step: int, values: Dict[str, float]) -> None:
         with self.writers[split].as_default():
             for name, value in values.items():
                 tf.summary.scalar(name, value, step=step)
         self.writers[split].flush()
+
+
+def drop_torn_records(directory) -> List[str]:
+    """Cuts each TensorBoard events file under `directory` back to its last whole record, where a
+    write stopped midway (a full disk) left part of one: TensorBoard reads such a file up to the cut,
+    but TensorFlow's record readers stop there with a DataLossError. Returns the files cut."""
+    cut = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(str(directory)), "events.out.tfevents.*"))):
+        whole = 0
+        try:
+            for record in tf.data.TFRecordDataset(path):
+                whole += RECORD_FRAMING + len(record.numpy())
+        except tf.errors.DataLossError:
+            pass
+        if whole < os.path.getsize(path):
+            os.truncate(path, whole)
+            cut.append(path)
+    return cut
 
 
 def write_results(results: Dict[str, float], json_path, txt_path) -> None:
