@@ -39,7 +39,7 @@ from pretrain_data import corpus as corpus_lib
 from pretrain_data.packing import ExampleBuilder, PackedExample, PackingStats, assemble
 from pretrain_data.records import EVAL_SUBDIR, serialize_examples, shard_name
 from pretrain_data.sentences import split_sentences
-from pretrain_data.stop_signals import ignore_sigint, stopped_by_signals
+from pretrain_data.stop_signals import end_with_parent, ignore_sigint, stopped_by_signals
 
 MIN_SEQ_LENGTH, MAX_SEQ_LENGTH = 8, 512
 BYTES_PER_SHARD = 4 << 20  # default sizing: about one output shard per 4 MiB of raw text
@@ -166,10 +166,11 @@ _progress_queue = None
 
 def _init_worker(reports) -> None:
     """Process-pool initializer: one TensorFlow thread per job, since jobs are the parallelism;
-    Ctrl-C is left to the parent, which stops the workers."""
+    Ctrl-C is left to the parent, which stops the workers, and they end with it if it is killed."""
     global _progress_queue
     _progress_queue = reports
     ignore_sigint()
+    end_with_parent()
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -8,7 +8,12 @@ ignored until the block is left, so that a second Ctrl-C cannot cut that cleanup
 """
 
 import contextlib
+import ctypes
+import ctypes.util
+import multiprocessing
+import os
 import signal
+import sys
 from typing import Iterator
 
 from electra_tf.errors import Interrupted
@@ -36,3 +41,18 @@ def stopped_by_signals(what: str, kept: str) -> Iterator[None]:
 def ignore_sigint() -> None:
     """For a worker process: Ctrl-C reaches the whole process group, and the parent stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def end_with_parent() -> None:
+    """For a worker process: SIGTERM when the parent dies, even by SIGKILL, which leaves the parent
+    no chance to stop its workers (Linux only; elsewhere a killed build may leave them running).
+    The temporary output they were writing is removed by the next build of the same output dir."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        parent = multiprocessing.parent_process()
+        if parent is not None and os.getppid() != parent.pid:  # it died before the call above
+            os.kill(os.getpid(), signal.SIGTERM)

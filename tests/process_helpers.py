@@ -42,3 +42,12 @@ def signal_when(command: List[str], env: dict, ready: Callable[[str], bool], sig
     for reader in readers:
         reader.join(timeout=10)
     return process.returncode, "".join(out), "".join(err)
+
+
+def report_then_sleep(seconds: float) -> None:
+    """A data-build worker's job (`pretrain_data.build`'s pool) that says its pid on the build's
+    progress queue, once the worker's initializer has run, then sleeps."""
+    import os
+    from pretrain_data import build
+    build._progress_queue.put(os.getpid())
+    time.sleep(seconds)

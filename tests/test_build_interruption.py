@@ -36,15 +36,15 @@ def descendants(pid: int) -> list:
     return found
 
 
-def test_sigterm_stops_the_build_its_workers_and_removes_the_temporary_output(corpus_dir, vocab_file, tmp_path):
+def build_with_two_workers_writing(corpus_dir, vocab_file, tmp_path):
+    """A build process of 8 corpus files on 2 workers, once its workers write shards: (it, their pids)."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for path in sorted(corpus_dir.iterdir())[:8]:
         (corpus / path.name).symlink_to(path)
-    output = tmp_path / "out"
     command = [sys.executable, str(REPO / "build_pretraining_dataset.py"), "--corpus-dir", str(corpus),
-               "--vocab-file", str(vocab_file), "--output-dir", str(output), "--input-format", "wikiextractor",
-               "--num-processes", "2", "--quiet"]
+               "--vocab-file", str(vocab_file), "--output-dir", str(tmp_path / "out"), "--input-format",
+               "wikiextractor", "--num-processes", "2", "--quiet"]
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     build = subprocess.Popen(command, env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -56,19 +56,66 @@ def test_sigterm_stops_the_build_its_workers_and_removes_the_temporary_output(co
             time.sleep(0.05)
         workers = descendants(build.pid)
         assert len([pid for pid in workers if alive(pid)]) >= 2
+    except BaseException:
+        build.kill()
+        raise
+    return build, workers
+
+
+def assert_ended_soon(pids, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while [pid for pid in pids if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in pids if alive(pid)]
+
+
+def test_sigterm_stops_the_build_its_workers_and_removes_the_temporary_output(corpus_dir, vocab_file, tmp_path):
+    build, workers = build_with_two_workers_writing(corpus_dir, vocab_file, tmp_path)
+    try:
         build.send_signal(15)
         out, err = build.communicate(timeout=120)
     finally:
         build.kill()
+    output = tmp_path / "out"
     assert build.returncode == 143, err
     assert err == f"stopped: building {output} stopped by SIGTERM; nothing was written to {output} and the " \
                   "temporary files are removed\n"
     assert out == ""
-    deadline = time.monotonic() + 30  # the workers got SIGTERM from the build as it stopped
-    while [pid for pid in workers if alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in workers if alive(pid)]
+    assert_ended_soon(workers)  # they got SIGTERM from the build as it stopped
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # no output, temporary dir or lock
+
+
+KILLED_BUILD = """
+import multiprocessing, os
+from pretrain_data import build
+import process_helpers
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    reports = context.Queue()
+    pool = context.Pool(2, initializer=build._init_worker, initargs=(reports,))
+    jobs = [pool.apply_async(process_helpers.report_then_sleep, (120,)) for _ in range(2)]
+    print(reports.get(timeout=240), reports.get(timeout=240), flush=True)  # both workers are in their jobs
+    os.kill(os.getpid(), 9)  # a build killed mid-job: no chance to stop its workers
+"""
+
+
+def test_the_workers_of_a_killed_build_end_with_it(tmp_path):
+    """A build killed with SIGKILL cannot stop its workers: the kernel sends them SIGTERM as their
+    parent dies (left alone they would finish their jobs, here two minutes of sleep, first). Its
+    temporary dir stays, for the next build to remove (the test below)."""
+    printed = tmp_path / "workers.txt"  # a file, not a pipe: workers that outlived the build would hold a pipe open
+    with open(printed, "w") as out:
+        killed = subprocess.run([sys.executable, "-c", KILLED_BUILD], stdout=out, timeout=300,
+                                env=dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'tests'}"))
+    assert killed.returncode == -9
+    workers = [int(pid) for pid in printed.read_text().split()]
+    assert len(workers) == 2, printed.read_text()
+    try:
+        assert_ended_soon(workers, seconds=3)
+    finally:
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def small_corpus(tmp_path) -> Path:
