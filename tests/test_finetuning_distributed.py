@@ -90,7 +90,11 @@ def test_the_strategy_hparam_runs_a_trial_or_is_one_clear_error(data_dir, capsys
     code, out, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="one_device")
     assert code == 0, err
     assert "[trial 1] epoch 1.00 dev: mrpc accuracy" in out
-    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="multi_worker")
+    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="tpu")
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert ("strategy 'multi_worker' is not one of: None, auto, one_device, mirrored (multi_worker and tpu "
-            "fine-tuning are not supported yet)") in err
+    assert ("strategy 'tpu' is not one of: None, auto, one_device, mirrored, multi_worker (tpu fine-tuning is "
+            "not supported yet)") in err
+    os.environ.pop("TF_CONFIG", None)
+    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="multi_worker")
+    assert code == 2 and err == ("error: strategy multi_worker needs the TF_CONFIG environment variable (cluster "
+                                 "and task of this worker)\n")
