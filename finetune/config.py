@@ -28,7 +28,7 @@ from finetune.tasks import canonical_name, check_user_tasks, get_task
 
 RECIPES = ("code", "paper")
 LOSS_REDUCTIONS = ("sum", "mean")
-STRATEGIES = (None, "auto", "one_device", "mirrored")
+STRATEGIES = (None, "auto", "one_device", "mirrored", "multi_worker")
 SIZE_PRESETS = {
     "small": dict(embedding_size=128),
     "small++": dict(embedding_size=128),
@@ -85,8 +85,9 @@ class FinetuningConfig(HParams):
     use_tfrecords_if_existing: bool = True
     loss_reduction: str = "sum"  # "sum" over the batch as the original, or "mean"
     seed: int = 1234
-    # None: one device as the original; "one_device", "mirrored" (every local GPU, or the CPU) or
-    # "auto" (mirrored with more than one GPU): electra_tf.training.distribution.create_strategy's
+    # None: one device as the original; "one_device", "mirrored" (every local GPU, or the CPU),
+    # "multi_worker" (the cluster of the TF_CONFIG environment variable) or "auto" (mirrored with
+    # more than one GPU): electra_tf.training.distribution.create_strategy's
     strategy: Optional[str] = None
     # "mixed_bfloat16": bfloat16 compute, float32 variables, losses and outputs (docs/finetuning.md);
     # "mixed_float16": float16 compute the same way, with dynamic loss scaling
@@ -221,7 +222,7 @@ class FinetuningConfig(HParams):
         _require(self.precision in PRECISIONS,
                  f"precision {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         _require(self.strategy in STRATEGIES, f"strategy {self.strategy!r} is not one of: "
-                 f"{', '.join(map(str, STRATEGIES))} (multi_worker and tpu fine-tuning are not supported yet)")
+                 f"{', '.join(map(str, STRATEGIES))} (tpu fine-tuning is not supported yet)")
         _require(len(set(self.task_names)) == len(self.task_names),
                  f"task_names {self.task_names} names a task twice")
         _require(self.do_train or self.do_eval or self.write_test_outputs,

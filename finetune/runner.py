@@ -16,7 +16,10 @@ Under a tf.distribute `strategy` (the run's `config.strategy`, made by the share
 `electra_tf.training.distribution.create_strategy`), model, optimizer and steps are built in its
 scope; each global batch is split into contiguous rows over the replicas, each replica's loss is
 its rows' sum, and the optimizer sums the replicas' gradients: one device's step. Prediction
-splits batches the same way and gathers the outputs back in order.
+splits batches the same way and gathers the outputs back in order. Under "multi_worker" every
+worker reads the data and draws the same global batches, keeping its replicas' rows; only the
+chief writes the model dirs, results and TensorBoard events (the others' checkpoint copies and
+task outputs go to a scratch dir, `WorkerFiles`), and a lost worker ends the others with one error.
 
 SIGTERM or SIGINT stops a trial at the next step with a checkpoint of its model, optimizer and step
 (`interrupted`, with `interrupted.json`) in its model dir; running the same command again skips
@@ -25,9 +28,12 @@ A signal during a trial's last step, its final evaluation or the saving of its m
 lets that trial finish and write its scores; the run then stops with the same exit status and
 marks the next trial as not started (`interrupted.json` with step 0), so that the same command
 goes on with that trial. After the last trial there is nothing left to resume, and the run ends
-as usual.
+as usual. The workers of a multi-worker run stop together (TF's `PreemptionCheckpointHandler`,
+`ClusterStops`): at a step that all of them reach, of the same trial or the next, whichever of
+them was signalled.
 """
 
+import dataclasses
 import json
 import math
 import shutil
@@ -42,9 +48,10 @@ from electra_tf.checkpoints.model_dir import VOCAB_FILE
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer, create_slots, current_learning_rate
 from electra_tf.progress import Progress
-from electra_tf.training.distribution import (create_strategy, distribute_rows, gather_rows, precision_scope,
-                                              set_determinism, with_loss_scaling)
-from electra_tf.training.interruption import Interruption
+from electra_tf.training.checkpointing import WorkerFiles
+from electra_tf.training.distribution import (create_strategy, distribute_rows, gather_rows, lost_workers_reported,
+                                              num_workers, precision_scope, set_determinism, with_loss_scaling)
+from electra_tf.training.interruption import ClusterStops, Interruption
 from electra_tf.training.reporting import GradientNorm, Reporter
 from electra_tf.training.train_step import make_train_step
 from finetune.config import FinetuningConfig
@@ -69,10 +76,15 @@ class Trial:
     """One fine-tuning run: model, optimizer and compiled train / predict steps."""
 
     def __init__(self, config: FinetuningConfig, data: TaskData, trial: int, stream,
-                 strategy: Optional[tf.distribute.Strategy] = None):
-        """`strategy`: the run's (`config.strategy`); None is TF's default, one device undistributed."""
+                 strategy: Optional[tf.distribute.Strategy] = None, files: Optional[WorkerFiles] = None):
+        """`strategy`: the run's (`config.strategy`); None is TF's default, one device undistributed.
+        `files`: where this worker writes (the run's; by default, the strategy's chief writes)."""
         self.config, self.data, self.trial, self.stream = config, data, trial, stream
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.files = files or WorkerFiles(self.strategy)
+        # what the tasks write when they score (SQuAD's answers): the chief's into results_dir
+        self.outputs = (config if self.files.chief else
+                        dataclasses.replace(config, results_dir=self.files.results_dir(config.results_dir)))
         set_determinism(config.seed + trial - 1, deterministic=False)
         self.rng = np.random.default_rng(config.seed + trial - 1)
         with self.strategy.scope(), precision_scope(config.precision):  # variables stay float32
@@ -135,7 +147,7 @@ class Trial:
         for split in self.data.dev:  # MNLI's two dev splits score into one task's metrics
             predictions, losses = self.predict(split)
             scores.setdefault(split.task.name, {}).update(
-                split.task.score(self.config, split, predictions, float(losses.mean())))
+                split.task.score(self.outputs, split, predictions, float(losses.mean())))
         return scores
 
     def compile_train_step(self, num_steps: int):
@@ -169,12 +181,13 @@ class Trial:
 
         return tf.function(train_step, input_signature=[self.batch_spec])
 
-    def train(self, interrupt: Interruption) -> Optional[Scores]:
+    def train(self, stops: Interruption) -> Optional[Scores]:
         """Trains; returns the dev scores of the final (or, with keep_best_model or early stopping, the
         best) evaluation, if any.
 
-        A signal `interrupt` received before the last step stops the trial with a checkpoint; one
-        received during the last step is left to `run`, which stops after this trial."""
+        A signal received before the last step stops the trial with a checkpoint (`stops`: this
+        process's `Interruption`, or `ClusterStops`, at a step every worker reaches); one received during
+        the last step is left to `run`, which stops after this trial."""
         config, train = self.config, self.data.train
         keep_partial = not config.drop_last_partial_batch
         per_epoch = steps_per_epoch(len(train), config.train_batch_size, keep_partial)
@@ -187,7 +200,8 @@ class Trial:
         resumed = self._resume_state()
         with self.strategy.scope():  # after the read, on purpose: one trace
             create_slots(self.optimizer, self.model.trainable_variables)
-        if resumed is None:
+        self.files.barrier()  # every worker has read the model dir before the chief starts it afresh
+        if resumed is None and self.files.chief:
             self._start_model_dir()
         state = resumed or {"step": 0, "scores": None}
         scores, start = state["scores"], state["step"]
@@ -195,7 +209,8 @@ class Trial:
         loss_sum, logged = 0.0, start
         batches = train_batches(train, config.train_batch_size, num_steps, self.rng, config.dynamic_padding,
                                 config.max_seq_length, self.make_batch, start=start, keep_partial=keep_partial)
-        with Reporter(self.model_dir / TENSORBOARD, num_steps, config.train_batch_size, True, self.stream) as reporter:
+        with Reporter(self.model_dir / TENSORBOARD, num_steps, config.train_batch_size, self.files.chief,
+                      self.stream) as reporter:
             reporter.start(start)
             for step, batch in enumerate(batches, start=start + 1):
                 loss = float(train_step(batch))
@@ -207,7 +222,7 @@ class Trial:
                     self._report_training(reporter, progress, step, loss_sum / (step - logged))
                     loss_sum, logged = 0.0, step
                 if step % config.save_checkpoints_steps == 0:
-                    self.checkpoint.write(str(self.model_dir / FINETUNED))
+                    self.files.write_checkpoint(self.checkpoint, self.model_dir / FINETUNED)
                 if self.data.dev and self._evaluates(step, num_steps, per_epoch):
                     scores = self.evaluate()
                     self.log(f"epoch {step / per_epoch:.2f} dev: " + "; ".join(
@@ -215,19 +230,19 @@ class Trial:
                     reporter.scalars("eval", step, {f"{task}/{name}": value for task, metrics in scores.items()
                                                     for name, value in metrics.items()})
                     if selection.record(step, scores) and config.keeps_best:
-                        self.checkpoint.write(str(self.model_dir / BEST))
+                        self.files.write_checkpoint(self.checkpoint, self.model_dir / BEST)
                     if selection.stop and step < num_steps:
                         self.log(f"early stopping at step {step}: {selection.stale} evaluations without a better "
                                  f"dev score than {selection.best:.2f} (step {selection.best_step})")
                         break
-                if interrupt.requested and step < num_steps:
-                    saved = self._save_interrupted(dict(step=step, scores=scores, **selection.state()))
-                    raise interrupt.stop(step, saved)
+                if step < num_steps:
+                    state = dict(step=step, scores=scores, **selection.state())
+                    stops.after_step(step, lambda: self._save_interrupted(state))
         if config.keeps_best and self.data.dev:
             self.checkpoint.read(str(self.model_dir / BEST)).assert_existing_objects_matched()
             self.log(f"kept the best evaluation (step {selection.best_step}, dev score {selection.best:.2f})")
             scores = selection.best_scores
-        self.checkpoint.write(str(self.model_dir / FINETUNED))
+        self.files.write_checkpoint(self.checkpoint, self.model_dir / FINETUNED)
         return scores
 
     def _start_model_dir(self) -> None:
@@ -262,8 +277,9 @@ class Trial:
 
     def _save_interrupted(self, state: dict) -> str:
         """Saves model, optimizer and `state` (step, dev scores so far) for `_resume_state`."""
-        path = self._training_state().write(str(self.model_dir / INTERRUPTED))
-        (self.model_dir / f"{INTERRUPTED}.json").write_text(json.dumps(state))
+        path = self.files.write_checkpoint(self._training_state(), self.model_dir / INTERRUPTED)
+        if self.files.chief:
+            (self.model_dir / f"{INTERRUPTED}.json").write_text(json.dumps(state))
         return path
 
     def _resume_state(self) -> Optional[dict]:
@@ -288,27 +304,35 @@ class Trial:
         written = []
         for split in self.data.test:
             predictions, _ = self.predict(split)
-            written.append(str(split.task.write_test(self.config, split, predictions, self.config.results_dir)))
+            written.append(str(split.task.write_test(self.outputs, split, predictions, self.outputs.results_dir)))
         return written
 
 
 def run(config: FinetuningConfig, stream=None) -> dict:
     """Every trial of the config, holding its tasks' lock, with a full disk reported as one line
     (`finetune.writing`); returns the results document (also written to results_dir)."""
-    strategy = create_strategy(config.strategy) if config.strategy else None
+    strategy = create_strategy(config.strategy) if config.strategy else tf.distribute.get_strategy()
     data = load_task_data(config, make_tokenizer(config))  # reads only: bad input stops before any write
-    with guarded(config):
-        return _trials(config, data, stream or sys.stdout, strategy)
+    files = WorkerFiles(strategy)
+    then = "to run again: it starts from its first trial (only a stop by SIGTERM keeps a point to resume from)"
+    try:
+        with guarded(config, files.chief), lost_workers_reported(strategy, lambda: then):
+            return _trials(config, data, stream or sys.stdout, strategy, files)
+    finally:
+        files.close()
 
 
-def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: Optional[tf.distribute.Strategy]) -> dict:
+def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: tf.distribute.Strategy,
+            files: WorkerFiles) -> dict:
     first, trials, extra = _finished_trials(config, stream)
     best_test = main_score(trials[extra["test_predictions"]["trial"] - 1]) if "test_predictions" in extra else -math.inf
     with Interruption(stream) as interrupt:
+        cluster = num_workers(strategy) > 1
+        stops = ClusterStops(interrupt, strategy, config.finetuning_models_dir) if cluster else interrupt
         for number in range(first, config.num_trials + 1):
-            trial = Trial(config, data, number, stream, strategy)
+            trial = Trial(config, data, number, stream, strategy, files)
             trial.initialise()
-            scores = trial.train(interrupt) if config.do_train else None
+            scores = trial.train(stops) if config.do_train else None
             if scores is None and data.dev:
                 scores = trial.evaluate()
             if scores is not None:
@@ -319,15 +343,16 @@ def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: Optional
                 files = trial.write_test_files()
                 extra["test_predictions"] = {"trial": number, "files": files}
                 trial.log(f"wrote {len(files)} test file(s): {', '.join(files)}")
-            if config.do_train and not config.keep_all_models:
+            if config.do_train and not config.keep_all_models and files.chief:
                 shutil.rmtree(trial.model_dir, ignore_errors=True)
-            document = write_results(config.results_dir, config.tasks_key, trials, extra)
-            (trial.model_dir / f"{INTERRUPTED}.json").unlink(missing_ok=True)  # this trial is done
-            if interrupt.requested and number < config.num_trials:
+            document = write_results(files.results_dir(config.results_dir), config.tasks_key, trials, extra)
+            if files.chief:
+                (trial.model_dir / f"{INTERRUPTED}.json").unlink(missing_ok=True)  # this trial is done
+            if stops.requested_here and number < config.num_trials:
                 mark_not_started(config, number + 1)
                 raise interrupt.stop_with(f"after trial {number} of {config.num_trials} (its scores are in "
                                           f"{Path(config.results_dir) / config.tasks_key}_results.json)")
-            if interrupt.requested:
+            if stops.requested_here:
                 trial.log("the signal came during the last trial, which finished: the run is complete")
     if trials:
         print(f"\n{config.tasks_key}: dev scores over {len(trials)} trial(s)\n{format_table(document['aggregate'])}",

@@ -12,10 +12,11 @@ from finetune.config import FinetuningConfig
 
 
 @contextlib.contextmanager
-def guarded(config: FinetuningConfig) -> Iterator[None]:
-    """The block runs `config`'s trials: with the lock when it trains (evaluation only reads), and
-    with a full disk reported as one line (a checkpoint it was saving removed)."""
-    with lock(config) if config.do_train else contextlib.nullcontext(), \
+def guarded(config: FinetuningConfig, chief: bool = True) -> Iterator[None]:
+    """The block runs `config`'s trials: with the lock when it trains (evaluation only reads) and is
+    the chief (the one writer of a multi-worker run), and with a full disk reported as one line (a
+    checkpoint it was saving removed)."""
+    with lock(config) if config.do_train and chief else contextlib.nullcontext(), \
             disk_full.reported(lambda: kept_on_full_disk(config)):
         yield
 

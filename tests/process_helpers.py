@@ -1,7 +1,9 @@
-"""Shared by the tests that run the CLIs as real processes: a tiny pretraining config, and a process
-signalled once its output shows it is working."""
+"""Shared by the tests that run the CLIs as real processes: a tiny pretraining config, a process
+signalled once its output shows it is working, and a local cluster of workers (TF_CONFIG on
+127.0.0.1, free ports)."""
 
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -42,6 +44,63 @@ def signal_when(command: List[str], env: dict, ready: Callable[[str], bool], sig
     for reader in readers:
         reader.join(timeout=10)
     return process.returncode, "".join(out), "".join(err)
+
+
+def free_ports(count: int) -> List[int]:
+    """`count` TCP ports of 127.0.0.1 that were free a moment ago."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def tf_config(workers: List[str], index: int) -> str:
+    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+
+
+class Cluster:
+    """Two workers of one MultiWorkerMirroredStrategy run: `command` (where "{index}" becomes the
+    worker's index) with TF_CONFIG added to `env`, their output (stdout and stderr) collected."""
+
+    def __init__(self, command: List[str], env: dict, count: int = 2):
+        workers = [f"127.0.0.1:{port}" for port in free_ports(count)]
+        self.processes, self.outputs = [], [[] for _ in range(count)]
+        for index in range(count):
+            process = subprocess.Popen([part.replace("{index}", str(index)) for part in command],
+                                       env={**env, "TF_CONFIG": tf_config(workers, index)},
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            threading.Thread(target=self.outputs[index].extend, args=(process.stdout,), daemon=True).start()
+            self.processes.append(process)
+
+    def output(self, index: int) -> str:
+        return "".join(self.outputs[index])
+
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline and all(p.poll() is None for p in self.processes), \
+                f"{what}: {self.output(0)[-2000:]}"
+            time.sleep(0.05)
+
+    def exit_codes(self, timeout: float) -> List:
+        """Waits for every worker; one still running after `timeout` seconds hangs: it is killed, and
+        its returned code is None."""
+        codes = []
+        for process in self.processes:
+            try:
+                codes.append(process.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                codes.append(None)
+        time.sleep(0.5)  # the readers catch the last lines
+        return codes
+
+    def kill(self) -> None:
+        for process in self.processes:
+            process.kill()
 
 
 def report_then_sleep(seconds: float) -> None:

@@ -1,6 +1,7 @@
-"""Fine-tuning under a tf.distribute strategy: a MirroredStrategy over two logical CPUs trains MRPC
-and chunking to the weights one device reaches (same global batch, same start, dropout off), and
-scores dev the same, for the summed loss (the original's) and the mean over the global batch.
+"""Fine-tuning under a tf.distribute strategy: a MirroredStrategy over two logical CPUs trains MRPC,
+chunking and SQuAD 1.1 to the weights one device reaches (same global batch, same start, dropout
+off), and scores dev the same (SQuAD: the same answers), for the summed loss (the original's) and
+the mean over the global batch.
 
 Two logical CPUs are fixed when TensorFlow starts, so the trials run in a fresh subprocess."""
 
@@ -20,6 +21,7 @@ from test_finetuning import data_dir, run_cli  # noqa: F401 (data_dir: MRPC and 
 # end each epoch with a smaller batch of 6.
 SCRIPT = """
 import io, json, sys
+from pathlib import Path
 import numpy as np
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -44,11 +46,12 @@ for name, strategy in (("one", None), ("mirrored", tf.distribute.MirroredStrateg
         variable.assign(value)
     with Interruption(io.StringIO()) as interrupt:
         scores = trial.train(interrupt)
-    trained[name] = (trial.strategy.num_replicas_in_sync, [v.numpy() for v in trial.model.variables], scores)
-(n1, one, one_scores), (n2, mirrored, mirrored_scores) = trained.values()
+    answers = {path.name: json.loads(path.read_text()) for path in Path(config.results_dir).glob("*_qa/*_preds.json")}
+    trained[name] = (trial.strategy.num_replicas_in_sync, [v.numpy() for v in trial.model.variables], scores, answers)
+(n1, one, one_scores, one_answers), (n2, mirrored, mirrored_scores, mirrored_answers) = trained.values()
 print("RESULT " + json.dumps({"replicas": [n1, n2], "moved": max(float(np.abs(a - b).max()) for a, b in zip(one, start)),
       "difference": max(float(np.abs(a - b).max()) for a, b in zip(one, mirrored)),
-      "scores": [one_scores, mirrored_scores]}))
+      "scores": [one_scores, mirrored_scores], "answers": [one_answers, mirrored_answers]}))
 """
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 # float32 rounding: the replicas' gradients are summed in another order than one device's batch
@@ -67,14 +70,23 @@ def two_replica_result(data_dir, values) -> dict:  # noqa: F811
     return json.loads(line.removeprefix("RESULT "))
 
 
+# SQuAD 1.1: 24 questions of each file, in windows of 128 tokens; batches of 15 and 25 windows
+# split over the replicas as above
+SQUAD = {"task_names": ["squadv1"], "max_seq_length": 128, "max_examples": 24}
+TASK_FILES = {"chunk": {"train.txt": ("conll2000", "train.txt"), "dev.txt": ("conll2000", "test.txt")},
+              "squadv1": {"train.json": ("squad", "train-v1.1-subset-44articles.json"),
+                          "dev.json": ("squad", "dev-v1.1.json")}}
+
+
 @pytest.mark.parametrize("values", [{"task_names": ["mrpc"]}, {"task_names": ["mrpc"], "loss_reduction": "mean"},
-                                    {"task_names": ["chunk"]}], ids=["mrpc-sum", "mrpc-mean", "chunk"])
+                                    {"task_names": ["chunk"]}, SQUAD], ids=["mrpc-sum", "mrpc-mean", "chunk", "squad"])
 def test_two_replicas_train_the_one_device_model(data_dir, shared_data, values):  # noqa: F811
-    chunk = data_dir / "finetuning_data" / "chunk"
-    if not chunk.exists():
-        chunk.mkdir()
-        (chunk / "train.txt").symlink_to(shared_data / "conll2000" / "train.txt")
-        (chunk / "dev.txt").symlink_to(shared_data / "conll2000" / "test.txt")
+    for task, files in TASK_FILES.items():
+        folder = data_dir / "finetuning_data" / task
+        if not folder.exists():
+            folder.mkdir()
+            for name, (dataset, source) in files.items():
+                (folder / name).symlink_to(shared_data / dataset / source)
     result = two_replica_result(data_dir, values)
     assert result["replicas"] == [1, 2]
     assert result["moved"] > 100 * WEIGHT_TOLERANCE  # training changed the weights far more than the tolerance
@@ -84,13 +96,20 @@ def test_two_replicas_train_the_one_device_model(data_dir, shared_data, values):
     for metric, value in one[task].items():
         tolerance = 1e-4 if metric == "loss" else 0.0  # the same predictions: the same counts
         assert mirrored[task][metric] == pytest.approx(value, abs=tolerance), (metric, one, mirrored)
+    one_answers, mirrored_answers = result["answers"]
+    assert one_answers == mirrored_answers
+    assert len(one_answers.get(f"{task}_preds.json", {})) == (24 if task == "squadv1" else 0)
 
 
 def test_the_strategy_hparam_runs_a_trial_or_is_one_clear_error(data_dir, capsys):  # noqa: F811
     code, out, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="one_device")
     assert code == 0, err
     assert "[trial 1] epoch 1.00 dev: mrpc accuracy" in out
-    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="multi_worker")
+    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="tpu")
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert ("strategy 'multi_worker' is not one of: None, auto, one_device, mirrored (multi_worker and tpu "
-            "fine-tuning are not supported yet)") in err
+    assert ("strategy 'tpu' is not one of: None, auto, one_device, mirrored, multi_worker (tpu fine-tuning is "
+            "not supported yet)") in err
+    os.environ.pop("TF_CONFIG", None)
+    code, _, err = run_cli(data_dir, capsys, task_names=["mrpc"], strategy="multi_worker")
+    assert code == 2 and err == ("error: strategy multi_worker needs the TF_CONFIG environment variable (cluster "
+                                 "and task of this worker)\n")

@@ -8,20 +8,17 @@
   an error instead of hanging; restarted, both resume.
 """
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from process_helpers import REPO, pretraining_hparams
+from process_helpers import REPO, Cluster, free_ports, pretraining_hparams, tf_config
 
 WORKER = REPO / "tests" / "scripts" / "pretrain_worker.py"
 
@@ -82,26 +79,16 @@ def test_killed_run_resumes_to_the_same_weights(pretraining_data_dir):
         np.testing.assert_array_equal(actual[name], value, err_msg=name)
 
 
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_two_workers_end_with_identical_weights(pretraining_data_dir, tmp_path):
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     values = hparams(strategy="multi_worker", num_train_steps=20, iterations_per_loop=10)
     processes = []
     for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
         processes.append(subprocess.Popen(
             [sys.executable, str(WORKER), str(pretraining_data_dir), "two_workers", values,
              str(tmp_path / f"worker{index}.npz")],
-            env=environment(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            env=environment(TF_CONFIG=tf_config(workers, index)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
     outputs = [p.communicate(timeout=600)[0] for p in processes]
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-3000:]
@@ -115,47 +102,10 @@ def test_two_workers_end_with_identical_weights(pretraining_data_dir, tmp_path):
     assert "step 20/20" in outputs[0] and "step 20/20" in outputs[1]
 
 
-class Cluster:
-    """Two run_pretraining.py workers of one MultiWorkerMirroredStrategy run, their output collected."""
-
-    def __init__(self, data_dir, name, values):
-        workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-        self.processes, self.outputs = [], [[], []]
-        for index in range(2):
-            tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-            command = [sys.executable, str(REPO / "run_pretraining.py"), "--data-dir", str(data_dir),
-                       "--model-name", name, "--hparams", hparams(strategy="multi_worker", **values)]
-            process = subprocess.Popen(command, env=environment(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
-            threading.Thread(target=self.outputs[index].extend, args=(process.stdout,), daemon=True).start()
-            self.processes.append(process)
-
-    def output(self, index):
-        return "".join(self.outputs[index])
-
-    def wait_for(self, condition, what):
-        deadline = time.monotonic() + 300
-        while not condition():
-            assert time.monotonic() < deadline and all(p.poll() is None for p in self.processes), \
-                f"{what}: {self.output(0)[-2000:]}"
-            time.sleep(0.05)
-
-    def exit_codes(self, timeout):
-        """Waits for both; a worker still running after `timeout` seconds hangs: it is killed, and the
-        returned code is None."""
-        codes = []
-        for process in self.processes:
-            try:
-                codes.append(process.wait(timeout=timeout))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                codes.append(None)
-        time.sleep(0.5)  # the readers catch the last lines
-        return codes
-
-    def kill(self):
-        for process in self.processes:
-            process.kill()
+def pretraining_cluster(data_dir, name, values) -> Cluster:
+    """Two run_pretraining.py workers of one MultiWorkerMirroredStrategy run."""
+    return Cluster([sys.executable, str(REPO / "run_pretraining.py"), "--data-dir", str(data_dir), "--model-name",
+                    name, "--hparams", hparams(strategy="multi_worker", **values)], environment())
 
 
 def test_signalled_or_lost_worker(pretraining_data_dir):
@@ -166,7 +116,7 @@ def test_signalled_or_lost_worker(pretraining_data_dir):
     model_dir = pretraining_data_dir / "models" / "preempted"
     state = model_dir / "checkpoint"
     values = dict(num_train_steps=100000, save_checkpoints_steps=10, log_every=5, deterministic=False)
-    cluster = Cluster(pretraining_data_dir, "preempted", values)
+    cluster = pretraining_cluster(pretraining_data_dir, "preempted", values)
     try:
         cluster.wait_for(lambda: state.exists() and "ckpt-10" in state.read_text(), "no first checkpoint")
         cluster.processes[1].send_signal(signal.SIGTERM)
@@ -182,7 +132,7 @@ def test_signalled_or_lost_worker(pretraining_data_dir):
     assert stopped[0].group(3) == stopped[1].group(3) == str(model_dir / f"ckpt-{step}")
     assert (model_dir / f"ckpt-{step}.index").exists() and not list(model_dir.glob(".worker_*"))
 
-    cluster = Cluster(pretraining_data_dir, "preempted", values)
+    cluster = pretraining_cluster(pretraining_data_dir, "preempted", values)
     later = f"ckpt-{(step // 10 + 1) * 10}"
     try:
         cluster.wait_for(lambda: later in state.read_text(), "no checkpoint after the restart")

@@ -17,6 +17,7 @@ after a save completes, so the one to resume from is never lost. A resumed run f
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable, List, Optional
 
@@ -24,6 +25,7 @@ import tensorflow as tf
 import tf_keras
 
 from electra_tf import atomic_files, disk_full
+from electra_tf.training import distribution
 from electra_tf.errors import InputError
 
 
@@ -105,6 +107,48 @@ class Checkpoints:
         if not self.chief:
             shutil.rmtree(self.directory, ignore_errors=True)
         return path
+
+
+class WorkerFiles:
+    """Where this process writes: the chief (or the only process) to the run's own paths, another
+    worker of a multi-worker run to a scratch dir of its own, removed by `close`.
+
+    TensorFlow needs every worker to take part in a checkpoint save (a variable synchronised on
+    read is reduced across the workers as it is written), but only one copy may land; and two
+    workers writing the same results file would race."""
+
+    def __init__(self, strategy: tf.distribute.Strategy):
+        self.chief = distribution.is_chief(strategy)
+        self.scratch = None if self.chief else Path(tempfile.mkdtemp(prefix="electra_worker_"))
+        self._barrier = None
+        if distribution.num_workers(strategy) > 1:  # an all-reduce of nothing, compiled once
+            self._barrier = tf.function(lambda: strategy.reduce(
+                tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None))
+
+    def barrier(self) -> None:
+        """Returns once every worker got here (at once with one): what one wrote, all may read."""
+        if self._barrier is not None:
+            self._barrier()
+
+    def results_dir(self, results_dir) -> str:
+        """`results_dir` for the chief, a scratch dir for the others (what they write there is dropped)."""
+        return str(results_dir) if self.chief else str(self.scratch / "results")
+
+    def write_checkpoint(self, checkpoint: tf.train.Checkpoint, prefix) -> str:
+        """`checkpoint.write(prefix)` on the chief, into scratch (then deleted) on the others; returns
+        `prefix`, the copy that any worker may read once every worker has returned."""
+        if self.chief:
+            checkpoint.write(str(prefix))
+        else:
+            copy = self.scratch / "checkpoint"
+            checkpoint.write(str(copy / Path(prefix).name))
+            shutil.rmtree(copy)
+        self.barrier()
+        return str(prefix)
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def resume_point(model_dir) -> str:

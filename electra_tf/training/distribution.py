@@ -3,11 +3,12 @@
 import contextlib
 import json
 import os
+from typing import Callable
 
 import tensorflow as tf
 import tf_keras
 
-from electra_tf.errors import InputError
+from electra_tf.errors import InputError, WorkerLost
 
 
 def create_strategy(name: str, tpu_name=None, tpu_zone=None, gcp_project=None) -> tf.distribute.Strategy:
@@ -48,6 +49,56 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     if resolver is None or not resolver.task_type:
         return True
     return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """How many processes (workers, the chief included) take part in the run: 1 unless multi-worker."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    jobs = resolver.cluster_spec().as_dict()
+    return max(1, len(jobs.get("worker", [])) + len(jobs.get("chief", [])))
+
+
+def worker_id(strategy: tf.distribute.Strategy) -> int:
+    """This process's index among the workers of its task type (0 outside a cluster)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver.task_id if resolver is not None and resolver.task_id is not None else 0
+
+
+@contextlib.contextmanager
+def lost_workers_reported(strategy: tf.distribute.Strategy, then: Callable[[], str]):
+    """The block, under a multi-worker strategy, with a lost peer reported as one `WorkerLost` line.
+
+    A worker that died or became unreachable aborts the collectives of the others (TensorFlow
+    notices a closed connection at once, a silent peer through the coordination service's
+    heartbeat), which then raise one of several runtime errors deep in a traceback; this turns them
+    into "another worker ... stopped ... Restart all N workers <then()>". With one worker they pass
+    unchanged."""
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,
+            tf.errors.CancelledError) as error:
+        workers = num_workers(strategy)
+        if workers == 1:
+            raise
+        raise WorkerLost(f"another worker of the cluster stopped or became unreachable ({first_line(error)}). "
+                         f"Restart all {workers} workers {then()}") from None
+
+
+def first_line(error: tf.errors.OpError) -> str:
+    """The gist of a TensorFlow runtime error, without the node and op names around it."""
+    lines = [line.strip().split("}} ", 1)[-1] if line.strip().startswith("{{function_node") else line.strip()
+             for line in error.message.splitlines()]  # "{{function_node ...}} Collective ops is aborted by: ..."
+    lines = [line for line in lines if line]
+    kept = [i for i, line in enumerate(lines)
+            if not line.startswith(("Graph execution error", "Detected at node", "File "))]
+    if not kept:
+        return lines[0] if lines else type(error).__name__
+    gist = lines[kept[0]]
+    if gist.endswith(":") and kept[0] + 1 < len(lines):  # "tasks are unhealthy ...:" and then which
+        gist += " " + lines[kept[0] + 1]
+    return gist.split("}} ")[-1].split(" [Op:")[0].split(" [[")[0]
 
 
 def distribute_rows(strategy: tf.distribute.Strategy, batch: dict):

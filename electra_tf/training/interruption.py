@@ -8,12 +8,13 @@ second Ctrl-C stops at once, without saving. Python runs signal handlers between
 handler cannot act inside a compiled loop anyway; the loop boundary is the first point where it can.
 
 Multi-worker runs coordinate the save step across workers with TensorFlow's own
-`tf.distribute.experimental.PreemptionCheckpointHandler` (`preemption_handler`); `notify`
-passes each signal on to it.
+`tf.distribute.experimental.PreemptionCheckpointHandler` (`preemption_handler` for pretraining's
+checkpoints, `ClusterStops` for a loop that saves its own state); `notify` passes each signal on to it.
 """
 
 import signal
 import sys
+import threading
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -54,6 +55,14 @@ class Interruption:
     def requested(self) -> bool:
         return self.signum is not None
 
+    requested_here = requested  # whether this process decides alone to stop (`ClusterStops`: never)
+
+    def after_step(self, step: int, save: Callable[[], str]) -> None:
+        """In a loop that saves its own state: raises `TrainingInterrupted` after `save()` (which
+        returns the checkpoint's path) when a signal came."""
+        if self.requested:
+            raise self.stop(step, save())
+
     def stop(self, step: int, saved: Optional[str]) -> TrainingInterrupted:
         """The exception that ends the run after the checkpoint `saved` at `step` (None: another worker
         of the cluster was signalled, and the chief saved)."""
@@ -79,13 +88,9 @@ def quietly(function, **kwargs):
 
 
 def preemption_handler(strategy, checkpoints, interrupt: Interruption):
-    """TensorFlow's `PreemptionCheckpointHandler` for a multi-worker run: when any worker is
-    signalled, every worker saves at the same step and stops.
-
-    It saves through `checkpoints.save` (the chief into the model dir) and stops by raising
-    `TrainingInterrupted`. It installs its SIGTERM handler itself; `interrupt` calls that one for
-    SIGTERM and SIGINT, and SIGTERM's previous handler is put back, so that outside training SIGTERM
-    ends the process as usual."""
+    """TensorFlow's `PreemptionCheckpointHandler` for a multi-worker pretraining run: when any worker
+    is signalled, every worker saves at the same step (`checkpoints.save`: the chief into the model
+    dir) and stops by raising `TrainingInterrupted`."""
     saved = {}
 
     def save(step):
@@ -95,10 +100,68 @@ def preemption_handler(strategy, checkpoints, interrupt: Interruption):
     def stop():
         raise interrupt.stop(saved["step"], checkpoints.path(saved["step"]))
 
+    return _tensorflow_handler(strategy, checkpoints.manager, interrupt, save, stop)
+
+
+def _tensorflow_handler(strategy, manager, interrupt: Interruption, save_fn, exit_fn):
+    """`tf.distribute.experimental.PreemptionCheckpointHandler` saving through `save_fn` and stopping
+    through `exit_fn`. It installs its SIGTERM handler itself; `interrupt` calls that one for
+    SIGTERM and SIGINT, and SIGTERM's previous handler is put back, so that outside training SIGTERM
+    ends the process as usual. `manager` is what the handler restores from when it is made."""
     previous = signal.getsignal(signal.SIGTERM)
+    _quiet_watcher_errors()
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, checkpoints.manager,
-        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=stop, save_fn=save))
+        strategy.cluster_resolver, manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn, save_fn=save_fn))
     interrupt.notify = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, previous)
     return handler
+
+
+def _quiet_watcher_errors() -> None:
+    """Keeps the handler's peer-watching thread from printing a traceback when the coordination
+    service goes down with the chief: its error (UnavailableError) reaches the main thread too, in
+    the next collective, which reports the lost worker in one line
+    (`distribution.lost_workers_reported`). Other threads' errors are printed as before."""
+    if getattr(threading.excepthook, "quiet_watcher", False):
+        return
+    previous = threading.excepthook
+
+    def hook(args):
+        watcher = args.thread is not None and args.thread.name.startswith("PeerTerminationWatcher")
+        if not (watcher and issubclass(args.exc_type, tf.errors.OpError)):
+            previous(args)
+
+    hook.quiet_watcher = True
+    threading.excepthook = hook
+
+
+class ClusterStops:
+    """`Interruption`'s `after_step` and `requested_here` for the workers of a multi-worker run, in a
+    training loop that saves its own state (fine-tuning's trials): TF's `PreemptionCheckpointHandler`
+    picks a step that every worker reaches (the one after the signalled worker's next check), and
+    all of them save and stop there, whichever was signalled. Every worker must call `after_step`
+    equally often (the same steps of the same trials). One serves the whole run: the handler's
+    agreement lives in the coordination service's key-value store, where a second handler of the
+    same process would find its keys already used."""
+
+    def __init__(self, interrupt: Interruption, strategy, scratch_dir: str):
+        """`scratch_dir`: a directory without checkpoints, where the handler looks for one to restore
+        when it is made (it finds none: the loop saves through `after_step`'s `save`)."""
+        self.interrupt = interrupt
+        self._saved = {}
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(), scratch_dir, max_to_keep=1)
+        self.handler = _tensorflow_handler(strategy, manager, interrupt, self._save, self._stop)
+
+    def _save(self, step: int, save: Callable[[], str]) -> None:
+        self._saved.update(step=step, path=save())
+
+    def _stop(self):
+        raise self.interrupt.stop(self._saved["step"], self._saved["path"])
+
+    def after_step(self, step: int, save: Callable[[], str]) -> None:
+        """Raises `TrainingInterrupted` after `save()` (which returns the checkpoint's path) when the
+        cluster is to stop at `step`."""
+        quietly(self.handler.save_checkpoint_if_preempted, step=step, save=save)
+
+    requested_here = False  # the workers never stop alone, only together at a step of `after_step`

@@ -33,7 +33,7 @@ import tensorflow as tf
 from electra_tf import atomic_files, disk_full
 from electra_tf.config import PretrainingConfig, has_rtd_loss
 from electra_tf.dir_lock import DirLock
-from electra_tf.errors import InputError, WorkerLost
+from electra_tf.errors import InputError
 from electra_tf.objectives import PretrainingMetrics
 from electra_tf.optimization import CLIP_NORM, create_optimizer, create_slots, current_learning_rate
 from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
@@ -280,8 +280,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     evaluates anyway) and at step 0, so the curve has its first point.
     """
     optimizer = training.optimizer
-    resolver = getattr(strategy, "cluster_resolver", None)
-    worker_id = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
+    worker_id = distribution.worker_id(strategy)
     # This worker's own input pipeline, iterated directly: a plain tf.data iterator can be saved in
     # checkpoints (tf.distribute's distributed iterators cannot), so resuming continues the stream.
     num_workers = strategy.num_replicas_in_sync // len(strategy.extended.worker_devices)
@@ -311,7 +310,7 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
         while step < config.num_train_steps:
             stage = _stage(config, step)
             num_steps = _next_boundary(config, step) - step
-            loss = _run_loop(training.train_loop(stage), iterator, num_steps, checkpoints, num_workers, locate_damage)
+            loss = _run_loop(training.train_loop(stage), iterator, num_steps, checkpoints, strategy, locate_damage)
             if not np.isfinite(loss):
                 raise FloatingPointError(
                     f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
@@ -336,38 +335,19 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
     return last_loss
 
 
-def _run_loop(loop, iterator, num_steps: int, checkpoints: checkpointing.Checkpoints, num_workers: int,
+def _run_loop(loop, iterator, num_steps: int, checkpoints: checkpointing.Checkpoints, strategy,
               locate_damage: Optional[Callable[[], None]]) -> float:
     """Runs one compiled loop of `num_steps` steps; returns its mean loss.
 
     The reader's DataLossError (a TFRecord cut short or damaged after the start-up check) becomes an
-    InputError naming the file, found by `locate_damage`. Under multi-worker training, a peer that
-    died or became unreachable aborts the collectives (TensorFlow notices a closed connection at
-    once, a silent peer through the coordination service's heartbeat); that becomes one error."""
+    InputError naming the file, found by `locate_damage`; a lost peer of a multi-worker run, one
+    error too (`distribution.lost_workers_reported`)."""
     try:
-        return float(loop(iterator, tf.constant(num_steps)))
+        with distribution.lost_workers_reported(
+                strategy, lambda: f"to resume from the last checkpoint, {checkpoints.latest or 'none yet'}"):
+            return float(loop(iterator, tf.constant(num_steps)))
     except tf.errors.DataLossError as error:
         if locate_damage is not None:
             locate_damage()  # raises InputError naming the damaged file
-        raise InputError(f"the training data is damaged ({_first_line(error)}); rebuild or re-copy it. "
+        raise InputError(f"the training data is damaged ({distribution.first_line(error)}); rebuild or re-copy it. "
                          f"The last checkpoint is {checkpoints.latest or 'none'}") from None
-    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,
-            tf.errors.CancelledError) as error:
-        if num_workers == 1:
-            raise
-        raise WorkerLost(f"another worker of the cluster stopped or became unreachable ({_first_line(error)}). "
-                         f"Restart all {num_workers} workers to resume from the last checkpoint, "
-                         f"{checkpoints.latest or 'none yet'}") from None
-
-
-def _first_line(error: tf.errors.OpError) -> str:
-    """The gist of a TensorFlow runtime error, without the node and op names around it."""
-    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
-    kept = [i for i, line in enumerate(lines)
-            if not line.startswith(("Graph execution error", "Detected at node", "File ", "{{function_node"))]
-    if not kept:
-        return lines[0] if lines else type(error).__name__
-    gist = lines[kept[0]]
-    if gist.endswith(":") and kept[0] + 1 < len(lines):  # "tasks are unhealthy ...:" and then which
-        gist += " " + lines[kept[0] + 1]
-    return gist.split("}} ")[-1].split(" [Op:")[0].split(" [[")[0]
