@@ -26,7 +26,8 @@ start to the first answer: imports, loading, the first call) and peak resident m
 `finetune.predicting.Predictor` on the trial dir, plain-text rows, dynamic padding, JSON rows
 out) against HF's pipeline. `--variants ours,ours_bf16` compares the float32 and the bf16 SavedModel of the same weights.
 `--variants ours,ort,ort_int8` adds ONNX Runtime float32 and int8 on the same weights
-(`benchmarks.onnx_peer`: an HF export through `torch.onnx.export`, `quantize_dynamic` for int8).
+(`benchmarks.onnx_peer`: an HF export through `torch.onnx.export`, `quantize_dynamic` for int8);
+`ours_lite` and `ours_lite_int8` serve `convert_checkpoint.py litert [--int8]`'s export (`finetune.litert`).
 `--intra-op-threads 1` serves ours with one intra-op thread (TF_NUM_INTRAOP_THREADS, as TF Serving's
 `--tensorflow_intra_op_parallelism`): on 2 cores a batch-1 request's small matmuls lose more to
 splitting than they gain.
@@ -52,11 +53,13 @@ from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_gro
 
 DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
 SHIFT = 16.0  # GELU(x + SHIFT) == x + SHIFT in float32 for x > -10
-VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16", "ours_predict", "ort", "ort_int8")
+VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16", "ours_predict", "ort", "ort_int8", "ours_lite",
+            "ours_lite_int8")
 LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive",
           "ours_no_onednn": "ours, oneDNN off", "ours_bf16": "ours, bf16 SavedModel",
           "ours_predict": "ours, predict.py's Predictor", "ort": "ONNX Runtime float32",
-          "ort_int8": "ONNX Runtime int8"}
+          "ort_int8": "ONNX Runtime int8", "ours_lite": "ours, LiteRT float32", "ours_lite_int8": "ours, LiteRT int8"}
+LITE_EXPORTS = {"ours_lite": "litert", "ours_lite_int8": "litert_int8"}  # variant -> dir under the work dir
 EXPORTS = {"float32": "saved_model", "mixed_bfloat16": "saved_model_bf16"}  # precision -> dir under the work dir
 AGREEMENT_ROWS = 128  # dev sentences whose labels the two servers must agree on
 
@@ -125,6 +128,11 @@ def prepare(args, work: Path) -> Path:
     if not (work / "hf").exists():
         subprocess.run([sys.executable, __file__, "--worker", "export_hf", "--model-dir", str(trial),
                         "--export", str(work / "hf")], cwd=REPO, check=True, env=worker_env())
+    for variant, directory in LITE_EXPORTS.items():
+        if not (work / directory).exists() and variant in args.variants.split(","):
+            subprocess.run([sys.executable, "convert_checkpoint.py", "litert", "--model-dir", str(trial), "--output-dir",
+                            str(work / directory)] + (["--int8"] if variant.endswith("int8") else []),
+                           cwd=REPO, check=True, env=worker_env())
     if not (work / "onnx").exists() and any(v.startswith("ort") for v in args.variants.split(",")):
         subprocess.run([sys.executable, __file__, "--worker", "export_onnx", "--export", str(work)],
                        cwd=REPO, check=True, env=worker_env())
@@ -144,6 +152,18 @@ def build_ours(export: Path, precision: str):
         out = signature(text_a=tf.constant(texts))
         return [(label.decode(), float(p)) for label, p in zip(out["label"].numpy(),
                                                                out["probabilities"].numpy().max(axis=-1))]
+
+    return predict
+
+
+def build_lite(export_dir: Path):
+    """predict(texts) -> [(label, its probability)] through a LiteRT export (`finetune.litert`)."""
+    from finetune.litert import LiteServer
+    server = LiteServer(export_dir)
+
+    def predict(texts):
+        out = server(texts)
+        return [(str(label), float(p)) for label, p in zip(out["label"], out["probabilities"].max(axis=-1))]
 
     return predict
 
@@ -174,6 +194,8 @@ def serve_variant(args) -> None:
     export = Path(args.export)
     if args.worker == "ours_predict":
         predict = build_predict(Path((export / "trial_dir.txt").read_text()))
+    elif args.worker in LITE_EXPORTS:
+        predict = build_lite(export / LITE_EXPORTS[args.worker])
     elif args.worker.startswith("ours"):
         predict = build_ours(export, "mixed_bfloat16" if args.worker == "ours_bf16" else "float32")
     elif args.worker.startswith("ort"):
