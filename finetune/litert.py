@@ -16,6 +16,8 @@ tests/test_litert.py and docs/finetuning.md.
     litert.json      the task's name, its label names and whether the weights are int8
 and `LiteServer(output_dir)` serves it: raw texts in, {"probabilities" [B, C], "label" [B]} out, as
 the SavedModel's `serving_default`. Classification tasks only (the head's softmax is in the graph).
+`predict.py --int8` runs the same conversion in memory (`convert`, `interpreter`) for any task whose
+head reads `[CLS]` alone (`finetune.predicting`).
 """
 
 import json
@@ -47,21 +49,30 @@ class TextEncoder(tf.Module):
         self.encode = tf.function(lambda *text: dict(zip(FEATURES, server._inputs(*text))), input_signature=texts)
 
 
-def convert(server: ClassifierServer, int8: bool) -> bytes:
-    """The server's encoder and head as a TFLite flatbuffer (see the module doc)."""
-    encoder, head = server.encoder, server.head
+def convert(encoder, head, int8: bool, outputs=lambda output: {"output": output}) -> bytes:
+    """A TFLite flatbuffer: (input_ids, input_mask, segment_ids) int32 [B, L] -> `outputs` of the
+    head's output on the encoder's `[CLS]` vector (by default {"output": it}, float32 [B, units])."""
     specs = [tf.TensorSpec([None, None], tf.int32, name=name) for name in FEATURES]
 
-    def probabilities(input_ids, input_mask, segment_ids):
+    def served(input_ids, input_mask, segment_ids):
         cls = encoder(input_ids, input_mask, segment_ids, training=False, cls_only=True)  # [B, H]
-        return {"probabilities": tf.nn.softmax(head(cls[:, tf.newaxis], training=False), axis=-1)}  # [B, C]
+        return outputs(head(cls[:, tf.newaxis], training=False))
 
     with cpu_kernels.disabled(), converter_gelu():  # TensorFlow's own ops, which the converter knows
-        function = tf.function(probabilities, input_signature=specs).get_concrete_function()
-        converter = tf.lite.TFLiteConverter.from_concrete_functions([function], server)
+        function = tf.function(served, input_signature=specs).get_concrete_function()
+        holder = tf.Module()  # the converter reads the variables through it
+        holder.encoder, holder.head = encoder, head
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([function], holder)
         if int8:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
         return converter.convert()
+
+
+def interpreter(flatbuffer: bytes, threads: int = 2):
+    """run(input_ids=, input_mask=, segment_ids=) -> {name: numpy array}: `flatbuffer` in ai_edge_litert's
+    interpreter."""
+    from ai_edge_litert.interpreter import Interpreter
+    return Interpreter(model_content=flatbuffer, num_threads=threads).get_signature_runner()
 
 
 def export(model_dir, output_dir, int8: bool = False, task=None, overwrite: bool = False) -> dict:
@@ -72,7 +83,8 @@ def export(model_dir, output_dir, int8: bool = False, task=None, overwrite: bool
         raise InputError(f"{model_dir}: task {server.task.name} is not a classification task; a LiteRT export "
                          f"serves classifiers only (use convert_checkpoint.py saved-model)")
     card = {"task": server.task.name, "labels": [str(label) for label in server.task.labels], "int8": int8}
-    flatbuffer = convert(server, int8)
+    flatbuffer = convert(server.encoder, server.head, int8,
+                         lambda logits: {"probabilities": tf.nn.softmax(logits, axis=-1)})  # [B, C]
     with staged_output(output_dir, overwrite) as staging:
         (Path(staging) / MODEL_FILE).write_bytes(flatbuffer)
         text_encoder = TextEncoder(server)
@@ -86,7 +98,6 @@ class LiteServer:
     """A LiteRT export served in this process: `server(text_a[, text_b])` on lists of raw strings."""
 
     def __init__(self, export_dir, threads: int = 2):
-        from ai_edge_litert.interpreter import Interpreter
         export_dir = Path(export_dir)
         if not (export_dir / CARD_FILE).is_file():
             raise InputError(f"{export_dir} is no LiteRT export ({CARD_FILE} is missing): write one with "
@@ -94,7 +105,7 @@ class LiteServer:
         self.card = json.loads((export_dir / CARD_FILE).read_text(encoding="utf-8"))
         self.labels = np.array(self.card["labels"], object)
         self.encode = tf.saved_model.load(str(export_dir / TOKENIZER_DIR)).signatures["encode"]
-        self.run = Interpreter(model_path=str(export_dir / MODEL_FILE), num_threads=threads).get_signature_runner()
+        self.run = interpreter((export_dir / MODEL_FILE).read_bytes(), threads)
 
     def __call__(self, text_a, text_b=None) -> dict:
         texts = {"text_a": tf.constant(text_a, tf.string)}

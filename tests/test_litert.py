@@ -1,7 +1,8 @@
 """The LiteRT export of a fine-tuned classifier (finetune.litert), on a small model fine-tuned here on
 SST-2 (not a constant one) and the real SST-2 dev sentences: float32 serves the SavedModel server's
 probabilities; int8 (dynamic-range) keeps its argmax on >= 99 % of the dev sentences and its dev
-accuracy within 0.3 points of float32's; a non-classification task is refused with one clear error."""
+accuracy within 0.3 points of float32's, through the export and through `predict.py --int8`; a
+non-classification task is refused with one clear error, and --int8 with --embeddings."""
 
 import json
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 import convert_checkpoint
+import predict
 import run_finetuning
 from finetune.litert import LiteServer
 from finetune.saved_model import build_server
@@ -87,3 +89,31 @@ def test_regression_task_is_refused(tmp_path, shared_data, vocab_file, capsys):
                                     str(tmp_path / "out")]) != 0
     assert "not a classification task" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_predict_int8_keeps_argmax_and_accuracy(trial, served, shared_data, tmp_path):
+    """predict.py --int8 (LiteRT, converted in memory) on the dev sentences as plain text lines."""
+    sentences, labels = dev_rows(shared_data)
+    (tmp_path / "dev.txt").write_text("".join(f"{sentence}\n" for sentence in sentences), encoding="utf-8")
+    rows = {}
+    for name, extra in (("float32", []), ("int8", ["--int8"])):
+        output = tmp_path / f"{name}.jsonl"
+        assert predict.main(["--model-dir", str(trial), "--input", str(tmp_path / "dev.txt"),
+                             "--output", str(output)] + extra) == 0
+        rows[name] = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    float_labels = np.array([int(row["label"]) for row in rows["float32"]])
+    int8_labels = np.array([int(row["label"]) for row in rows["int8"]])
+    assert (float_labels == served.argmax(axis=1)).all()  # predict's float32 path is the server's
+    int8_probabilities = np.array([[row["probabilities"][k] for k in ("0", "1")] for row in rows["int8"]])
+    assert 0 < np.abs(int8_probabilities - served).max() < 0.02
+    assert (int8_labels == float_labels).mean() >= 0.99
+    assert abs((int8_labels == labels).mean() - (float_labels == labels).mean()) <= 0.003
+
+
+def test_predict_int8_refuses_embeddings(trial, tmp_path, capsys):
+    """--int8 converts the [CLS] path only: --embeddings (every token's vector) is refused, nothing written."""
+    (tmp_path / "in.txt").write_text("a gripping, funny film\n", encoding="utf-8")
+    assert predict.main(["--model-dir", str(trial), "--input", str(tmp_path / "in.txt"),
+                         "--output", str(tmp_path / "out.jsonl"), "--int8", "--embeddings"]) != 0
+    assert "--int8 predicts with tasks whose head reads [CLS] alone" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
