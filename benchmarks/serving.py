@@ -157,9 +157,10 @@ def build_ours(export: Path, precision: str):
 
 
 def build_lite(export_dir: Path):
-    """predict(texts) -> [(label, its probability)] through a LiteRT export (`finetune.litert`)."""
+    """predict(texts) -> [(label, its probability)] through a LiteRT export (`finetune.litert`), its
+    interpreter on `--intra-op-threads` threads (default 2)."""
     from finetune.litert import LiteServer
-    server = LiteServer(export_dir)
+    server = LiteServer(export_dir, threads=int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 2))
 
     def predict(texts):
         out = server(texts)
@@ -277,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="idle seconds after every request, so that HF's spinning OpenMP threads park "
                              "before the other side's turn (0: back to back)")
     parser.add_argument("--intra-op-threads", type=int, default=0,
-                        help="intra-op threads of our variants (0: TensorFlow's default, one per core)")
+                        help="intra-op threads of our variants (0: TensorFlow's default, one per core; "
+                             "LiteRT's interpreter: 2)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 training steps, 10 + 2 requests")
     parser.add_argument("--worker", choices=VARIANTS + ("export_hf", "export_onnx"), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
