@@ -8,11 +8,14 @@ SavedModel (docs/checkpoints.md).
     python convert_checkpoint.py saved-model   --model-dir D/models/M --output-dir OUT [--step N]
     python convert_checkpoint.py saved-model   --model-dir D/models/M/finetuning_models/mrpc_model_1
                                                [--task mrpc] --output-dir OUT [--precision mixed_bfloat16]
+    python convert_checkpoint.py litert        --model-dir D/models/M/finetuning_models/sst_model_1
+                                               --output-dir OUT [--int8] [--task sst]
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
 takes a trial's dir of run_finetuning.py (a GLUE classifier or STS-B regressor on raw text; --task
 picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). to-original,
-to-hf and saved-model export a model dir's latest checkpoint, or its ckpt-N with --step N. Imports
+litert exports a trial's classifier for ai_edge_litert's interpreter (online serving; --int8 quantizes
+its weights; finetune.litert). to-original, to-hf and saved-model export a model dir's latest checkpoint, or its ckpt-N with --step N. Imports
 print a load report (loaded / missing / unused variables); an existing output dir needs --overwrite.
 """
 
@@ -31,6 +34,8 @@ EXAMPLES = {
     "to-hf": "python convert_checkpoint.py to-hf --model-dir data/models/my_small --output-dir out/hf",
     "from-hf": "python convert_checkpoint.py from-hf --hf-dir out/hf --output-dir data/models/from_hf",
     "saved-model": "python convert_checkpoint.py saved-model --model-dir data/models/my_small --output-dir out/served",
+    "litert": "python convert_checkpoint.py litert --model-dir data/finetuning_models/sst_model_1 --output-dir out/lite "
+              "--int8",
 }
 
 
@@ -79,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     served.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
                         help="the served graph's compute: mixed_bfloat16 runs its matmuls in bfloat16 on the "
                              "float32 weights; outputs stay float32")
+    lite = command("litert", "export a fine-tuned classifier as a LiteRT model with its tokenizer (serve it with "
+                   "finetune.litert.LiteServer: lower batch-1 latency than the SavedModel)", "--model-dir",
+                   "a fine-tuning trial's finetuning_models/<tasks>_model_<trial>")
+    lite.add_argument("--task", default=None, help="the task to serve (default: the run's only one)")
+    lite.add_argument("--int8", action="store_true",
+                      help="dynamic-range quantization: int8 weights, about 1/4 of the file and faster; costs a "
+                           "little accuracy (docs/finetuning.md)")
     return parser
 
 
@@ -113,6 +125,11 @@ def main(argv=None) -> int:
                 raise InputError(f"--task: {args.model_dir} is a pretrained model dir (no fine-tuned model)")
             report = saved_model.export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision,
                                                    args.step)
+        elif args.command == "litert":
+            from finetune import litert
+            card = litert.export(args.model_dir, args.output_dir, args.int8, args.task, args.overwrite)
+            print(f"wrote {args.output_dir} (task {card['task']}, {'int8' if args.int8 else 'float32'} weights)")
+            return
         elif args.command == "to-original":
             print(f"wrote {convert.to_original(args.model_dir, args.output_dir, args.overwrite, args.step)}")
             return

@@ -15,7 +15,7 @@ without one, ELECTRA-`--model-size` fine-tuned here from random weights for `--t
   (the benchmark checks that both give the same labels on the dev sentences).
 
 Each variant runs in a fresh process per measurement; the two of a pair take turns request after
-request (`benchmarks.peers`): batch-1 latency (p50 / p99 over `--requests` single dev sentences),
+request (`benchmarks.peers`): batch-1 latency (p50 / p90 / p99 over `--requests` single dev sentences),
 batch-32 throughput (examples/s over `--batches` batches of dev sentences), start-up time (process
 start to the first answer: imports, loading, the first call) and peak resident memory.
 
@@ -25,6 +25,9 @@ start to the first answer: imports, loading, the first call) and peak resident m
 `--variants ours_predict,hf --base ours_predict` measures `predict.py`'s path instead (issue #43:
 `finetune.predicting.Predictor` on the trial dir, plain-text rows, dynamic padding, JSON rows
 out) against HF's pipeline. `--variants ours,ours_bf16` compares the float32 and the bf16 SavedModel of the same weights.
+`--variants ours,ort,ort_int8` adds ONNX Runtime float32 and int8 on the same weights
+(`benchmarks.onnx_peer`: an HF export through `torch.onnx.export`, `quantize_dynamic` for int8);
+`ours_lite` and `ours_lite_int8` serve `convert_checkpoint.py litert [--int8]`'s export (`finetune.litert`).
 `--intra-op-threads 1` serves ours with one intra-op thread (TF_NUM_INTRAOP_THREADS, as TF Serving's
 `--tensorflow_intra_op_parallelism`): on 2 cores a batch-1 request's small matmuls lose more to
 splitting than they gain.
@@ -45,14 +48,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from electra_tf.cli import script_parser  # noqa: E402
+from benchmarks import onnx_peer  # noqa: E402
 from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_groups, serve, worker_env  # noqa: E402
 
 DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
 SHIFT = 16.0  # GELU(x + SHIFT) == x + SHIFT in float32 for x > -10
-VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16", "ours_predict")
+VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16", "ours_predict", "ort", "ort_int8", "ours_lite",
+            "ours_lite_int8")
 LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive",
           "ours_no_onednn": "ours, oneDNN off", "ours_bf16": "ours, bf16 SavedModel",
-          "ours_predict": "ours, predict.py's Predictor"}
+          "ours_predict": "ours, predict.py's Predictor", "ort": "ONNX Runtime float32",
+          "ort_int8": "ONNX Runtime int8", "ours_lite": "ours, LiteRT float32", "ours_lite_int8": "ours, LiteRT int8"}
+LITE_EXPORTS = {"ours_lite": "litert", "ours_lite_int8": "litert_int8"}  # variant -> dir under the work dir
 EXPORTS = {"float32": "saved_model", "mixed_bfloat16": "saved_model_bf16"}  # precision -> dir under the work dir
 AGREEMENT_ROWS = 128  # dev sentences whose labels the two servers must agree on
 
@@ -121,6 +128,14 @@ def prepare(args, work: Path) -> Path:
     if not (work / "hf").exists():
         subprocess.run([sys.executable, __file__, "--worker", "export_hf", "--model-dir", str(trial),
                         "--export", str(work / "hf")], cwd=REPO, check=True, env=worker_env())
+    for variant, directory in LITE_EXPORTS.items():
+        if not (work / directory).exists() and variant in args.variants.split(","):
+            subprocess.run([sys.executable, "convert_checkpoint.py", "litert", "--model-dir", str(trial), "--output-dir",
+                            str(work / directory)] + (["--int8"] if variant.endswith("int8") else []),
+                           cwd=REPO, check=True, env=worker_env())
+    if not (work / "onnx").exists() and any(v.startswith("ort") for v in args.variants.split(",")):
+        subprocess.run([sys.executable, __file__, "--worker", "export_onnx", "--export", str(work)],
+                       cwd=REPO, check=True, env=worker_env())
     return work
 
 
@@ -137,6 +152,19 @@ def build_ours(export: Path, precision: str):
         out = signature(text_a=tf.constant(texts))
         return [(label.decode(), float(p)) for label, p in zip(out["label"].numpy(),
                                                                out["probabilities"].numpy().max(axis=-1))]
+
+    return predict
+
+
+def build_lite(export_dir: Path):
+    """predict(texts) -> [(label, its probability)] through a LiteRT export (`finetune.litert`), its
+    interpreter on `--intra-op-threads` threads (default 2)."""
+    from finetune.litert import LiteServer
+    server = LiteServer(export_dir, threads=int(os.environ.get("TF_NUM_INTRAOP_THREADS") or 2))
+
+    def predict(texts):
+        out = server(texts)
+        return [(str(label), float(p)) for label, p in zip(out["label"], out["probabilities"].max(axis=-1))]
 
     return predict
 
@@ -167,8 +195,12 @@ def serve_variant(args) -> None:
     export = Path(args.export)
     if args.worker == "ours_predict":
         predict = build_predict(Path((export / "trial_dir.txt").read_text()))
+    elif args.worker in LITE_EXPORTS:
+        predict = build_lite(export / LITE_EXPORTS[args.worker])
     elif args.worker.startswith("ours"):
         predict = build_ours(export, "mixed_bfloat16" if args.worker == "ours_bf16" else "float32")
+    elif args.worker.startswith("ort"):
+        predict = onnx_peer.build(export / "hf", export / "onnx", args.worker)
     else:
         predict = build_hf(export)
     texts = dev_sentences()
@@ -199,7 +231,7 @@ def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, 
 
 
 def report(work: Path, latency: list, throughput: list, base: str = "ours") -> None:
-    """Per pair: each side's batch-1 p50 / p99, batch-32 examples/s, start-up and peak memory, and
+    """Per pair: each side's batch-1 p50 / p90 / p99, batch-32 examples/s, start-up and peak memory, and
     ours against the peer (the peer's p50 over ours; our throughput over the peer's). First, each
     peer's labels and probabilities on the agreement rows against ours."""
     ours = json.loads((work / f"labels_{base}.json").read_text())
@@ -210,17 +242,18 @@ def report(work: Path, latency: list, throughput: list, base: str = "ours") -> N
         gap = max(abs(a[1] - b[1]) for a, b in zip(ours, theirs))
         print(f"{LABELS[peer]}: labels agree with ours on {agree} / {len(ours)} dev sentences; "
               f"largest probability difference {gap:.1e}")
-    print(f"{'variant':24s} {'p50 ms':>7s} {'p99 ms':>7s} {'b32 ex/s':>9s} {'start s':>8s} {'peak GB':>8s}")
+    print(f"{'variant':24s} {'p50 ms':>7s} {'p90 ms':>7s} {'p99 ms':>7s} {'b32 ex/s':>9s} {'start s':>8s} "
+          f"{'peak GB':>8s}")
     for one, many in zip(latency, throughput):
         rows = {}
         for variant in one["variants"][::-1]:
-            p50, p99 = (np.percentile(one["times"][variant], q) * 1e3 for q in (50, 99))
+            p50, p90, p99 = (np.percentile(one["times"][variant], q) * 1e3 for q in (50, 90, 99))
             rate = 32 * len(many["times"][variant]) / sum(many["times"][variant])
             start = statistics.mean([one["ready_s"][variant], many["ready_s"][variant]])
             peak = max(one["peak_rss_gb"][variant], many["peak_rss_gb"][variant])
             rows[variant] = (p50, rate)
             label = f"  {base}, same rounds" if variant == base else LABELS[variant]
-            print(f"{label:24s} {p50:7.1f} {p99:7.1f} {rate:9.1f} {start:8.1f} {peak:8.2f}")
+            print(f"{label:24s} {p50:7.1f} {p90:7.1f} {p99:7.1f} {rate:9.1f} {start:8.1f} {peak:8.2f}")
         if len(one["variants"]) < 2:  # a variant measured alone
             continue
         peer = one["variants"][1]
@@ -245,9 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="idle seconds after every request, so that HF's spinning OpenMP threads park "
                              "before the other side's turn (0: back to back)")
     parser.add_argument("--intra-op-threads", type=int, default=0,
-                        help="intra-op threads of our variants (0: TensorFlow's default, one per core)")
+                        help="intra-op threads of our variants (0: TensorFlow's default, one per core; "
+                             "LiteRT's interpreter: 2)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 training steps, 10 + 2 requests")
-    parser.add_argument("--worker", choices=VARIANTS + ("export_hf",), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=VARIANTS + ("export_hf", "export_onnx"), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     return parser
@@ -257,6 +291,9 @@ def main() -> None:
     args = build_parser().parse_args()
     if args.worker == "export_hf":
         write_hf_classifier(Path(args.model_dir), Path(args.export))
+        return
+    if args.worker == "export_onnx":
+        onnx_peer.export(Path(args.export) / "hf", Path(args.export) / "onnx")
         return
     if args.worker:
         serve_variant(args)

@@ -47,14 +47,30 @@ def check_output(path: str, overwrite: bool) -> Path:
 class Predictor:
     """A fine-tuned model's encoder and one task's head, compiled for batches of any shape."""
 
-    def __init__(self, model_dir, task: Optional[str] = None, embeddings: bool = False):
+    def __init__(self, model_dir, task: Optional[str] = None, embeddings: bool = False, int8: bool = False):
         model, self.config, self.task = load_finetuned(model_dir, task)
         self.tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
         self.task_id = self.config.task_names.index(self.task.name)
         self.encoder, self.head = model.encoder, model.head_of(self.task.name)
         self.embeddings = embeddings
         self.spec = batch_spec([self.task])
-        self.step = tf.function(self._step, input_signature=[self.spec])
+        self.step = self._int8_step() if int8 else tf.function(self._step, input_signature=[self.spec])
+
+    def _int8_step(self):
+        """The step through LiteRT with int8 weights (`finetune.litert`): the encoder and head converted
+        here, their output turned into the task's outputs as `_step` does."""
+        if not self.task.reads_cls_only or self.embeddings:
+            raise InputError(f"--int8 predicts with tasks whose head reads [CLS] alone (classification, "
+                             f"multi-label, regression) and without --embeddings; task {self.task.name} "
+                             f"{'reads every token' if not self.task.reads_cls_only else 'with --embeddings'}")
+        from finetune import litert
+        run = litert.interpreter(litert.convert(self.encoder, self.head, int8=True))
+
+        def step(batch):
+            output = run(**{name: np.asarray(batch[name], np.int32) for name in litert.FEATURES})["output"]
+            return self.task.predict_outputs(self.head, tf.constant(output))
+
+        return step
 
     def _step(self, batch):
         cls_only = self.task.reads_cls_only and not self.embeddings  # the last block computes [CLS] alone
@@ -91,12 +107,12 @@ class Predictor:
 
 def predict(model_dir, input_path: str, output_path: str, task: Optional[str] = None,
             input_format: Optional[str] = None, skip_empty: bool = False, overwrite: bool = False,
-            embeddings: bool = False, stream=None) -> dict:
+            embeddings: bool = False, stream=None, int8: bool = False) -> dict:
     """Writes the predictions of every input row to `output_path`; returns {"rows", "seconds", "skipped"}."""
     stream = stream or sys.stderr
     output = check_output(output_path, overwrite)
     InputSource.open(input_path, input_format)  # a bad path or format fails before the model loads
-    predictor = Predictor(model_dir, task, embeddings)
+    predictor = Predictor(model_dir, task, embeddings, int8)
     source = InputSource.open(input_path, input_format, skip_empty, predictor.task)
     items = predictor.task.read_inputs(source)
     group = GROUP_BATCHES * predictor.config.predict_batch_size

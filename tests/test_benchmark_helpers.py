@@ -1,6 +1,6 @@
 """The benchmarks' helpers (no timing): how peers are grouped in pairs, the per-pair ratios, that
 worker processes end whatever ends a benchmark, the float32 fact serving.py's HF export rests on,
-and that this export gives the trial's own logits."""
+and that this export gives the trial's own logits, as does the ONNX Runtime peer built on it."""
 
 import os
 
@@ -100,3 +100,31 @@ def test_every_started_worker_ends_whatever_ends_the_benchmark(tmp_path, failure
             if worker.proc.poll() is None:
                 worker.proc.kill()
                 worker.proc.wait()
+
+
+def test_onnx_peer_serves_the_trials_probabilities_on_raw_text(tmp_path, shared_data, vocab_file):
+    """serving.py's ONNX Runtime peer: the HF dir of a fine-tuned trial through torch.onnx.export and
+    ORT float32, behind HF's fast tokenizer, gives our server's probabilities on SST-2 dev sentences;
+    the int8 model (quantize_dynamic) gives probabilities too, close to them."""
+    import json
+    import run_finetuning
+    from benchmarks import onnx_peer
+    from benchmarks.serving import dev_sentences
+    from finetune.saved_model import build_server
+    hparams = dict(task_names=["sst"], model_size="tiny", random_init=True, do_eval=False, vocab_file=str(vocab_file),
+                   raw_data_dir=str(shared_data / "glue"), max_examples=32, num_train_epochs=1.0, keep_all_models=True)
+    assert run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "bench",
+                                "--hparams", json.dumps(hparams)]) == 0
+    trial = next((tmp_path / "models").rglob("sst_model_1"))
+    write_hf_classifier(trial, tmp_path / "hf")
+    onnx_peer.export(tmp_path / "hf", tmp_path / "onnx")
+    texts = dev_sentences()[:64]
+    served = build_server(trial).serve(np.array(texts, object))
+    ours = served["probabilities"].numpy().max(axis=1)  # [64]: the predicted label's probability
+    labels = [label.decode() for label in served["label"].numpy()]
+    for variant, tolerance in (("ort", 1e-5), ("ort_int8", 0.05)):
+        predict = onnx_peer.build(tmp_path / "hf", tmp_path / "onnx", variant)
+        answers = [answer for start in range(0, len(texts), 7) for answer in predict(texts[start:start + 7])]
+        np.testing.assert_allclose([p for _, p in answers], ours, atol=tolerance, err_msg=variant)
+        if variant == "ort":  # int8 may flip a sentence near 0.5
+            assert [label for label, _ in answers] == labels

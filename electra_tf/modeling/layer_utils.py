@@ -53,6 +53,19 @@ def get_activation(name: str) -> Optional[Callable[[tf.Tensor], tf.Tensor]]:
     return _ACTIVATIONS[name]
 
 
+@contextlib.contextmanager
+def converter_gelu():
+    """Within this block, "gelu" traces as `tf.nn.gelu(approximate=False)`: the same values
+    (0.5·x·erfc(−x/√2)) without the custom gradient, which the TFLite converter turns into its GELU
+    op (it has no Erfc op). For graphs that are only run, never trained (`finetune.litert`)."""
+    before = _ACTIVATIONS["gelu"]
+    _ACTIVATIONS["gelu"] = lambda x: tf.nn.gelu(x, approximate=False)
+    try:
+        yield
+    finally:
+        _ACTIVATIONS["gelu"] = before
+
+
 def truncated_normal(stddev: float) -> tf_keras.initializers.Initializer:
     """A fresh truncated-normal initialiser (cut at 2 stddev, like TF1's `truncated_normal_initializer`).
 

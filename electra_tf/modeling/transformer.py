@@ -38,7 +38,7 @@ MASK_ADDER = -10000.0
 
 def attention_bias(input_mask: tf.Tensor) -> tf.Tensor:
     """input_mask int/float [B, L] (1 = token, 0 = padding) → additive float32 bias [B, 1, 1, L]."""
-    mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+    mask = tf.expand_dims(tf.expand_dims(tf.cast(input_mask, tf.float32), 1), 1)  # not a strided slice: TFLite
     return (1.0 - mask) * MASK_ADDER
 
 

@@ -1,0 +1,116 @@
+"""A fine-tuned sentence classifier as a LiteRT (TFLite) model run by ai_edge_litert's interpreter.
+
+What it is for: online serving, a few sentences per request. TensorFlow's executor runs a batch-1
+request as some 340 small oneDNN GEMMs (M = the sentence's 10-40 tokens) plus a few hundred other
+ops; the LiteRT interpreter (XNNPACK) runs the same graph with far less per-op cost (figures in
+benchmarks/RESULTS.md). Optionally (`int8`) with dynamic-range quantization: int8 weights, the
+activations quantized per call, about a quarter of the file; its accuracy cost is measured in
+tests/test_litert.py and docs/finetuning.md.
+
+`export(model_dir, output_dir, int8)` writes, from a trial's model dir,
+    model.tflite     input_ids, input_mask, segment_ids int32 [B, L] -> probabilities float32 [B, C]:
+                     the encoder's padded path computing `[CLS]` alone in the last block, the task's
+                     head and a softmax; float32, or with `int8` dynamic-range quantized
+    tokenizer/       a SavedModel whose `encode` signature featurizes raw text as the served
+                     SavedModel does (`SentenceServer._inputs`: text_a, and text_b for a pair task)
+    litert.json      the task's name, its label names and whether the weights are int8
+and `LiteServer(output_dir)` serves it: raw texts in, {"probabilities" [B, C], "label" [B]} out, as
+the SavedModel's `serving_default`. Classification tasks only (the head's softmax is in the graph).
+`predict.py --int8` runs the same conversion in memory (`convert`, `interpreter`) for any task whose
+head reads `[CLS]` alone (`finetune.predicting`).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf import cpu_kernels
+from electra_tf.checkpoints.model_dir import check_output, staged_output
+from electra_tf.errors import InputError
+from electra_tf.modeling.layer_utils import converter_gelu
+from finetune.saved_model import build_server
+from finetune.servers import ClassifierServer
+
+MODEL_FILE, TOKENIZER_DIR, CARD_FILE = "model.tflite", "tokenizer", "litert.json"
+FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+class TextEncoder(tf.Module):
+    """The served model's featurization alone: raw text -> (input_ids, input_mask, segment_ids) [B, L]."""
+
+    def __init__(self, server: ClassifierServer):
+        super().__init__(name="litert_tokenizer")
+        self.tokenizer = server.tokenizer
+        texts = [tf.TensorSpec([None], tf.string, name="text_a")]
+        if server.task.has_pair:
+            texts.append(tf.TensorSpec([None], tf.string, name="text_b"))
+        self.encode = tf.function(lambda *text: dict(zip(FEATURES, server._inputs(*text))), input_signature=texts)
+
+
+def convert(encoder, head, int8: bool, outputs=lambda output: {"output": output}) -> bytes:
+    """A TFLite flatbuffer: (input_ids, input_mask, segment_ids) int32 [B, L] -> `outputs` of the
+    head's output on the encoder's `[CLS]` vector (by default {"output": it}, float32 [B, units])."""
+    specs = [tf.TensorSpec([None, None], tf.int32, name=name) for name in FEATURES]
+
+    def served(input_ids, input_mask, segment_ids):
+        cls = encoder(input_ids, input_mask, segment_ids, training=False, cls_only=True)  # [B, H]
+        return outputs(head(cls[:, tf.newaxis], training=False))
+
+    with cpu_kernels.disabled(), converter_gelu():  # TensorFlow's own ops, which the converter knows
+        function = tf.function(served, input_signature=specs).get_concrete_function()
+        holder = tf.Module()  # the converter reads the variables through it
+        holder.encoder, holder.head = encoder, head
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([function], holder)
+        if int8:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]  # dynamic range: int8 weights
+        return converter.convert()
+
+
+def interpreter(flatbuffer: bytes, threads: int = 2):
+    """run(input_ids=, input_mask=, segment_ids=) -> {name: numpy array}: `flatbuffer` in ai_edge_litert's
+    interpreter."""
+    from ai_edge_litert.interpreter import Interpreter
+    return Interpreter(model_content=flatbuffer, num_threads=threads).get_signature_runner()
+
+
+def export(model_dir, output_dir, int8: bool = False, task=None, overwrite: bool = False) -> dict:
+    """Writes a trial's fine-tuned classifier (for `task`) as a LiteRT model dir; returns its card."""
+    check_output(output_dir, overwrite)
+    server = build_server(model_dir, task)
+    if not isinstance(server, ClassifierServer):
+        raise InputError(f"{model_dir}: task {server.task.name} is not a classification task; a LiteRT export "
+                         f"serves classifiers only (use convert_checkpoint.py saved-model)")
+    card = {"task": server.task.name, "labels": [str(label) for label in server.task.labels], "int8": int8}
+    flatbuffer = convert(server.encoder, server.head, int8,
+                         lambda logits: {"probabilities": tf.nn.softmax(logits, axis=-1)})  # [B, C]
+    with staged_output(output_dir, overwrite) as staging:
+        (Path(staging) / MODEL_FILE).write_bytes(flatbuffer)
+        text_encoder = TextEncoder(server)
+        tf.saved_model.save(text_encoder, str(Path(staging) / TOKENIZER_DIR),
+                            signatures={"encode": text_encoder.encode})
+        (Path(staging) / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+class LiteServer:
+    """A LiteRT export served in this process: `server(text_a[, text_b])` on lists of raw strings."""
+
+    def __init__(self, export_dir, threads: int = 2):
+        export_dir = Path(export_dir)
+        if not (export_dir / CARD_FILE).is_file():
+            raise InputError(f"{export_dir} is no LiteRT export ({CARD_FILE} is missing): write one with "
+                             f"convert_checkpoint.py litert")
+        self.card = json.loads((export_dir / CARD_FILE).read_text(encoding="utf-8"))
+        self.labels = np.array(self.card["labels"], object)
+        self.encode = tf.saved_model.load(str(export_dir / TOKENIZER_DIR)).signatures["encode"]
+        self.run = interpreter((export_dir / MODEL_FILE).read_bytes(), threads)
+
+    def __call__(self, text_a, text_b=None) -> dict:
+        texts = {"text_a": tf.constant(text_a, tf.string)}
+        if text_b is not None:
+            texts["text_b"] = tf.constant(text_b, tf.string)
+        features = {name: value.numpy() for name, value in self.encode(**texts).items()}  # int32 [B, L] each
+        probabilities = self.run(**features)["probabilities"]  # [B, C]
+        return {"probabilities": probabilities, "label": self.labels[probabilities.argmax(axis=-1)]}
