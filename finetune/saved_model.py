@@ -1,8 +1,10 @@
 """A SavedModel of a fine-tuned model that reads raw text: tokenization runs inside the graph.
 
-Its `serving_default` is the served task's server (`Task.server`, `finetune.servers`): for
-classification and regression tasks, GLUE's or a user's, raw `text_a` (and `text_b` for a pair
-task) in, probabilities and the label name, or the score on the task's scale, out. Loading it
+Its `serving_default` is the served task's server (`Task.server`): for classification,
+multi-label and regression tasks, GLUE's or a user's, raw `text_a` (and `text_b` for a pair task)
+in, probabilities and the label names, or the score on the task's scale, out (`finetune.servers`);
+for a tagging task sentences in, tags and entity spans out (`finetune.tagging_server`); for SQuAD
+question and context in, the answer and its span out (`finetune.qa_server`). Loading it
 needs `import tensorflow_text` first (its WordPiece op). As the discriminator's, it computes in
 float32 or, exported with `precision` "mixed_bfloat16", in bfloat16 with float32 outputs, and says
 which in its `precision` variable (`electra_tf.checkpoints.saved_model`).
@@ -94,7 +96,7 @@ def build_server(model_dir, task: Optional[str] = None, precision: str = "float3
     model, config, served = load_finetuned(model_dir, task, precision)
     model.encoder.freeze_qkv()
     tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=config.do_lower_case)
-    return served.server(tokenizer, model, config.max_seq_length, precision)
+    return served.server(tokenizer, model, config, precision)
 
 
 def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrite: bool = False,

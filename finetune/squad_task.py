@@ -13,6 +13,7 @@ import tensorflow as tf
 from finetune import squad, squad_postprocess
 from electra_tf.errors import InputError
 from finetune.qa_head import QAHead
+from finetune.qa_server import QAServer
 from finetune.squad_context import Paragraph
 from finetune.table_files import Layout, iter_rows, text_cell
 from finetune.task import EvalSplit, Task
@@ -128,6 +129,9 @@ class SquadTask(Task):
                 row.update(null_odds=odds, abstains=bool(odds > config.qa_na_threshold))
             rows.append(row)
         return rows
+
+    def server(self, tokenizer, model, config, precision: str) -> QAServer:
+        return QAServer(tokenizer, model, self, config, precision)
 
     def card(self) -> dict:
         return {"type": self.type_name, "v2": self.v2}

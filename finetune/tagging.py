@@ -203,8 +203,8 @@ class TaggingTask(Task):
                          "entities": entities})
         return rows
 
-    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> TaggerServer:
-        return TaggerServer(tokenizer, model, self, max_seq_length, precision,
+    def server(self, tokenizer, model, config, precision: str) -> TaggerServer:
+        return TaggerServer(tokenizer, model, self, config.max_seq_length, precision,
                             self.lowercase(tokenizer.do_lower_case))
 
     def card(self) -> dict:

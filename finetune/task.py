@@ -113,8 +113,9 @@ class Task(abc.ABC):
         """One JSON object per example from the fetched values ({key: [array per feature]})."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
 
-    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> tf.Module:
-        """A tf.Module whose `serve` function takes raw strings (finetune.saved_model)."""
+    def server(self, tokenizer, model, config, precision: str) -> tf.Module:
+        """A tf.Module whose `serve` and `embed` functions take raw strings (finetune.saved_model),
+        featurizing as the run's FinetuningConfig `config` did."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot be exported as a SavedModel yet")
 
 
