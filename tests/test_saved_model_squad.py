@@ -4,9 +4,6 @@ own dev predictions, for SQuAD 2.0 and 1.1, on contexts long enough to be cut in
 
 import io
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ import convert_checkpoint
 import predict
 from finetune.config import FinetuningConfig
 from finetune.runner import run
+from process_helpers import serve_in_fresh_process
 
 QUESTIONS = 24
 BASE = dict(model_size="tiny", random_init=True, train_batch_size=16, eval_batch_size=32, max_examples=QUESTIONS,
@@ -22,19 +20,6 @@ BASE = dict(model_size="tiny", random_init=True, train_batch_size=16, eval_batch
             max_query_length=24)
 FILES = {"squad": ("train-v2.0-subset-10articles.json", "dev-v2.0.json"),
          "squadv1": ("train-v1.1-subset-44articles.json", "dev-v1.1.json")}
-FRESH_QA = """
-import json, sys
-import numpy as np
-import tensorflow as tf
-import tensorflow_text  # its ops, which the graph uses
-assert not any(name.split(".")[0] in ("electra_tf", "finetune") for name in sys.modules)
-loaded = tf.saved_model.load(sys.argv[1])
-rows = json.load(open(sys.argv[2]))
-out = loaded.signatures["serving_default"](question=tf.constant([r["question"] for r in rows]),
-                                           context=tf.constant([r["context"] for r in rows]))
-np.savez(sys.argv[3], **{name: value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
-                         for name, value in out.items()})
-"""
 
 
 def dev_questions(path, count: int) -> list:
@@ -73,11 +58,8 @@ def test_fresh_process_answers_as_predict_and_the_run(trained, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
                                     str(tmp_path / "served")]) == 0
-    (tmp_path / "questions.json").write_text(json.dumps(questions))
-    subprocess.run([sys.executable, "-c", FRESH_QA, str(tmp_path / "served"), str(tmp_path / "questions.json"),
-                    str(tmp_path / "served.npz")], check=True, capture_output=True, cwd=tmp_path,
-                   env={**os.environ, "PYTHONPATH": ""})
-    served = dict(np.load(tmp_path / "served.npz"))
+    served = serve_in_fresh_process(tmp_path / "served", {"question": [q["question"] for q in questions],
+                                                          "context": [q["context"] for q in questions]}, tmp_path)
     assert served["answer"].tolist() == [row["answer"] for row in rows] == [answers[q["id"]] for q in questions]
     assert served["start"].tolist() == [row["start"] for row in rows]
     assert served["end"].tolist() == [row["end"] for row in rows]
