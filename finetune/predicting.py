@@ -29,7 +29,7 @@ from electra_tf.progress import format_duration
 from electra_tf.tokenization import Tokenizer
 from finetune.multitask import batch_spec, complete
 from finetune.predict_inputs import InputSource
-from finetune.saved_model import load_finetuned
+from finetune.saved_model import load_finetuned, model_files
 
 GROUP_BATCHES = 8  # batches read, sorted by length and predicted together
 REPORT_EVERY = 5.0  # seconds between progress lines
@@ -49,7 +49,7 @@ class Predictor:
 
     def __init__(self, model_dir, task: Optional[str] = None, embeddings: bool = False):
         model, self.config, self.task = load_finetuned(model_dir, task)
-        self.tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
+        self.tokenizer = Tokenizer(model_files(model_dir) / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
         self.task_id = self.config.task_names.index(self.task.name)
         self.encoder, self.head = model.encoder, model.head_of(self.task.name)
         self.embeddings = embeddings

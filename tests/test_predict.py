@@ -245,3 +245,39 @@ def test_squad_v2_answers_equal_the_runs_own(tmp_path, shared_data, vocab_file):
         assert row["null_odds"] == pytest.approx(null_odds[row["id"]], abs=1e-4)
         assert row["abstains"] == (row["null_odds"] > config.qa_na_threshold)
         assert row["answer"] == "empty" or question["context"][row["start"]:row["end"]] == row["answer"]
+
+
+def test_a_saved_model_predicts_as_its_trial_dir(trained, tmp_path, capsys):
+    """predict.py --model-dir takes a SavedModel exported from a trial: the same labels, tags and
+    entities, probabilities within 1e-5; a SavedModel of another task, or of no fine-tuned task,
+    and a dir without a fine-tuned model each get one clear error."""
+    root, models = trained
+    inputs = {"reviews": ["--input", str(root / "finetuning_data/reviews/dev.csv")],
+              "phrases": ["--input", str(root / "finetuning_data/chunk/dev.txt"), "--input-format", "conll"]}
+    for name, args in inputs.items():
+        trial_dir = models[name][1]
+        assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
+                                        str(tmp_path / name)]) == 0
+        from_trial = predicted(["--model-dir", str(trial_dir), *args, "--output", str(tmp_path / f"{name}.jsonl")])
+        from_saved = predicted(["--model-dir", str(tmp_path / name), *args, "--output",
+                                str(tmp_path / f"{name}_saved.jsonl")])
+        assert len(from_saved) == len(from_trial) > 0
+        for saved, trial in zip(from_saved, from_trial):
+            probabilities = (saved.pop("probabilities", None), trial.pop("probabilities", None))
+            assert saved == trial  # ids, labels; words, tags and entities
+            if probabilities[0] is not None:
+                np.testing.assert_allclose(list(probabilities[0].values()), list(probabilities[1].values()),
+                                           atol=1e-5)
+    tf.saved_model.save(tf.Module(), str(tmp_path / "plain_saved_model"))
+    capsys.readouterr()  # the progress lines so far
+    output = ["--input", str(root / "finetuning_data/reviews/dev.csv"), "--output", str(tmp_path / "never.jsonl")]
+    for model_dir, task, message in (
+            (tmp_path / "reviews", "phrases", f"--task phrases: {tmp_path / 'reviews'} is a SavedModel of task reviews "
+                                              f"(a classification task) only"),
+            (tmp_path / "plain_saved_model", None, "is a SavedModel without a fine-tuned task"),
+            (tmp_path, None, f"{tmp_path} holds no fine-tuned model")):
+        task_args = ["--task", task] if task else []
+        assert predict.main(["--model-dir", str(model_dir), *task_args, *output]) == 2
+        error = capsys.readouterr().err.strip()
+        assert message in error and error.count("\n") == 0, error
+    assert not (tmp_path / "never.jsonl").exists()
