@@ -156,6 +156,5 @@ class QAServer(tf.Module):
         w = self._windows(question, context)
         first = tf.math.cumsum(w["count"], exclusive=True)  # [B]: each question's first window
         take = lambda key: tf.gather(w[key], first)
-        outputs = embedding_outputs(self.encoder, take("input_ids"), take("input_mask"), take("segment_ids"))
-        return {**outputs, "segment_ids": take("segment_ids"), "token_start": take("token_start"),
-                "token_end": take("token_end")}
+        return embedding_outputs(self.encoder, *(take(key) for key in ("input_ids", "input_mask", "segment_ids",
+                                                                        "token_start", "token_end")))

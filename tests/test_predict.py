@@ -18,10 +18,12 @@ import tensorflow as tf
 import convert_checkpoint
 import predict
 from electra_tf.errors import InputError
+from electra_tf.tokenization import Tokenizer
 from finetune.config import FinetuningConfig
 from finetune.predicting import Predictor
 from finetune.runner import Trial, run
 from finetune.task_data import load_task_data, make_tokenizer
+from test_token_offsets import assert_embed_offsets
 
 ROWS = 48
 BASE = dict(model_size="tiny", random_init=True, max_seq_length=40, train_batch_size=16, eval_batch_size=32,
@@ -102,6 +104,8 @@ def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_pat
                                atol=1e-5)
     embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](
         text_a=tf.constant([e.text_a for e in split.examples[:4]]))
+    assert_embed_offsets(Tokenizer(root / "vocab.txt"), {0: [e.text_a for e in split.examples[:4]]},
+                         {key: value.numpy() for key, value in embedded.items()})  # each token's characters
     dev = str(root / "finetuning_data/reviews/dev.csv")
     with_embeddings = predicted(["--model-dir", str(trial_dir), "--input", dev, "--embeddings",
                                  "--output", str(tmp_path / "embedded.jsonl")])
@@ -161,6 +165,9 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
                     str(tmp_path / "served.npz")], check=True, capture_output=True, cwd=tmp_path,
                    env={**os.environ, "PYTHONPATH": ""})
     served = dict(np.load(tmp_path / "served.npz"))  # a process with TensorFlow and tensorflow_text only
+    embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](text=tf.constant(sentences))
+    assert_embed_offsets(Tokenizer(root / "vocab.txt"), {1: sentences},  # tagging inputs are segment 1
+                         {key: value.numpy() for key, value in embedded.items()})
     for i, row in enumerate(rows):  # the SavedModel tags and finds the entities as predict does
         words = len(row["words"])
         assert [t or None for t in served["tags"][i][:words].tolist()] == row["tags"]

@@ -10,9 +10,11 @@ import pytest
 
 import convert_checkpoint
 import predict
+from electra_tf.tokenization import Tokenizer
 from finetune.config import FinetuningConfig
 from finetune.runner import run
 from process_helpers import serve_in_fresh_process
+from test_token_offsets import assert_embed_offsets
 
 QUESTIONS = 24
 BASE = dict(model_size="tiny", random_init=True, train_batch_size=16, eval_batch_size=32, max_examples=QUESTIONS,
@@ -66,6 +68,10 @@ def test_fresh_process_answers_as_predict_and_the_run(trained, tmp_path):
     windows = [len(q["context"].split()) > 60 for q in questions]
     assert sum(windows) > QUESTIONS // 2  # most contexts take more than one window
     assert sum(answer != "empty" for answer in served["answer"]) > QUESTIONS // 2
+    texts = {0: [q["question"] for q in questions], 1: [q["context"] for q in questions]}
+    embedded = serve_in_fresh_process(tmp_path / "served", {"question": texts[0], "context": texts[1]}, tmp_path,
+                                      "embed")  # each question's first window
+    assert_embed_offsets(Tokenizer(trial_dir / "vocab.txt"), texts, embedded)
     for question, answer, start, end in zip(questions, served["answer"], served["start"], served["end"]):
         assert answer == "empty" or question["context"][start:end] == answer
     if task == "squad":

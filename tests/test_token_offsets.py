@@ -4,6 +4,7 @@ tokenizer's on the whole text, on real SQuAD contexts, SST-2 sentences and CoNLL
 
 import json
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -41,3 +42,28 @@ def test_offsets_equal_the_squad_featurizers(texts, vocab_file, lower):
     assert [sentence[s:e] for s, e in zip(starts[200], ends[200])] == [tokenizer.vocab[t].lstrip("#") for t in ids[200]]
     edge = texts[-3]  # "Café": one token ("cafe", or [UNK] cased) spanning its four characters
     assert (starts[-3][0], ends[-3][0]) == (0, 4)
+
+
+def expected_offsets(tokenizer, text: str):
+    """(ids, starts, ends) of `text`'s tokens as the SQuAD featurizer aligns them (Python)."""
+    paragraph = Paragraph.split(text)
+    tokens = tokenize_paragraphs([paragraph], tokenizer)[id(paragraph)]
+    return tokens.ids.tolist(), tokens.char_start.tolist(), tokens.char_end.tolist()
+
+
+def assert_embed_offsets(tokenizer, texts, embedded):
+    """An `embed` signature's token_start / token_end on `texts` ({segment: [text per row]}) are the
+    featurizer's offsets of each segment's tokens (those kept: a prefix), -1 elsewhere."""
+    for row in range(len(embedded["input_ids"])):
+        ids, mask = embedded["input_ids"][row], embedded["input_mask"][row]
+        segments = embedded["segment_ids"][row]
+        real = np.arange(len(ids))[mask == 1]
+        starts, ends = embedded["token_start"][row], embedded["token_end"][row]
+        special = [0] + [i for i in real[1:] if ids[i] == tokenizer.sep_id]
+        assert all(starts[i] == ends[i] == -1 for i in special) and (starts[mask == 0] == -1).all()
+        for segment, rows in texts.items():
+            where = [i for i in real if segments[i] == segment and i not in special]
+            want_ids, want_starts, want_ends = expected_offsets(tokenizer, rows[row])
+            take = len(where)
+            assert take > 0 and ids[where].tolist() == want_ids[:take]
+            assert starts[where].tolist() == want_starts[:take] and ends[where].tolist() == want_ends[:take]
