@@ -65,6 +65,7 @@ class Predictor:
         fetched = self.task.predict_outputs(self.head, self.head(sequence, batch, training=False))
         if self.embeddings:
             fetched.update({f"{key}_embedding": value for key, value in pooled(sequence, batch["input_mask"]).items()})
+            fetched["token_vectors"] = tf.cast(sequence, tf.float32)  # [B, L, H]
         return fetched
 
     def rows(self, items) -> list:
@@ -83,10 +84,23 @@ class Predictor:
                     column[index] = row
         rows = self.task.prediction_rows(self.config, fetched, list(examples), features)
         if self.embeddings:
-            for row, feature in zip(rows, self.task.example_features(features)):
+            offsets = self.task.token_offsets(self.config, self.tokenizer, list(examples), features)
+            for row, feature, spans in zip(rows, self.task.example_features(features), offsets):
                 row["embedding"] = {"cls": fetched["cls_embedding"][feature].tolist(),
-                                    "mean": fetched["mean_embedding"][feature].tolist()}
+                                    "mean": fetched["mean_embedding"][feature].tolist(),
+                                    "tokens": token_rows(self.tokenizer, features, feature, spans,
+                                                         fetched["token_vectors"][feature])}
         return [({"id": row_id} if row_id is not None else {}) | row for row_id, row in zip(ids, rows)]
+
+
+def token_rows(tokenizer, features, feature: int, spans: np.ndarray, vectors: np.ndarray) -> list:
+    """Each token of a feature: its WordPiece, segment, [start, end) characters in its text (null
+    for [CLS] and [SEP]) and encoder vector."""
+    return [{"token": tokenizer.vocab[int(token)], "segment": int(segment),
+             "start": None if start < 0 else int(start), "end": None if end < 0 else int(end),
+             "vector": vector.tolist()}
+            for token, segment, (start, end), vector in zip(features.token_ids[feature], features.segment_ids[feature],
+                                                            spans, vectors)]
 
 
 def predict(model_dir, input_path: str, output_path: str, task: Optional[str] = None,

@@ -23,7 +23,7 @@ from finetune.config import FinetuningConfig
 from finetune.predicting import Predictor
 from finetune.runner import Trial, run
 from finetune.task_data import load_task_data, make_tokenizer
-from test_token_offsets import assert_embed_offsets
+from test_token_offsets import assert_embed_offsets, expected_offsets
 
 ROWS = 48
 BASE = dict(model_size="tiny", random_init=True, max_seq_length=40, train_batch_size=16, eval_batch_size=32,
@@ -190,6 +190,20 @@ def test_mean_embedding_is_the_encoders_output_over_real_tokens(trained, tmp_pat
         sequence = predictor.encoder(ids, np.ones_like(ids), np.zeros_like(ids), training=False).numpy()[0]
         np.testing.assert_allclose(row["embedding"]["mean"], sequence.mean(0), atol=1e-5)
         np.testing.assert_allclose(row["embedding"]["cls"], sequence[0], atol=1e-5)
+        tokens = row["embedding"]["tokens"]  # each token's vector and its characters in the text
+        np.testing.assert_allclose([token["vector"] for token in tokens], sequence, atol=1e-5)
+        want_ids, starts, ends = expected_offsets(predictor.tokenizer, text)
+        assert [token["token"] for token in tokens] == ["[CLS]", *predictor.tokenizer.convert_ids_to_tokens(want_ids),
+                                                        "[SEP]"]
+        assert [(token["start"], token["end"]) for token in tokens] == [(None, None), *zip(starts, ends), (None, None)]
+    config, trial_dir = models["phrases"]  # a tagger: the characters of each word's tokens in the line
+    line = "Rockwell International Corp. said it signed  a tentative agreement ."
+    (tmp_path / "line.txt").write_text(line + "\n")
+    [row] = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "line.txt"), "--input-format", "text",
+                       "--embeddings", "--output", str(tmp_path / "line.jsonl")])
+    tokens = row["embedding"]["tokens"][1:-1]
+    assert [line[t["start"]:t["end"]].lower() for t in tokens] == [t["token"].lstrip("#") for t in tokens]
+    assert {t["start"] for t in tokens} >= {line.index(word) for word in ("signed", "tentative", "agreement")}
 
 
 def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys, monkeypatch):
@@ -252,6 +266,15 @@ def test_squad_v2_answers_equal_the_runs_own(tmp_path, shared_data, vocab_file):
         assert row["null_odds"] == pytest.approx(null_odds[row["id"]], abs=1e-4)
         assert row["abstains"] == (row["null_odds"] > config.qa_na_threshold)
         assert row["answer"] == "empty" or question["context"][row["start"]:row["end"]] == row["answer"]
+    [row] = predicted(["--model-dir", str(tmp_path / "models/tiny/finetuning_models/squad_model_1"), "--embeddings",
+                       "--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "embedded.jsonl")])[:1]
+    tokens = row["embedding"]["tokens"]  # the first window: the question's tokens, then the context's
+    tokenizer = Tokenizer(tmp_path / "vocab.txt")
+    in_question = [(t["start"], t["end"]) for t in tokens if t["segment"] == 0 and t["start"] is not None]
+    in_context = [(t["start"], t["end"]) for t in tokens if t["segment"] == 1 and t["start"] is not None]
+    assert in_question == list(zip(*expected_offsets(tokenizer, questions[0]["question"])[1:]))
+    assert in_context == list(zip(*expected_offsets(tokenizer, questions[0]["context"])[1:]))[:len(in_context)]
+    assert 0 < len(in_context) < len(expected_offsets(tokenizer, questions[0]["context"])[0])  # a window of it
 
 
 def test_a_saved_model_predicts_as_its_trial_dir(trained, tmp_path, capsys):
