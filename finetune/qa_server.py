@@ -117,10 +117,9 @@ class QAServer(tf.Module):
         start_index = tf.broadcast_to(start_index[:, :, None], tf.shape(end_index))
         offset, length = w["offset"][:, None, None], w["length"][:, None, None]
         in_context = lambda index: (offset <= index) & (index < offset + length)
-        best_context = self._max_context(w)  # [N, max len]
-        in_best = tf.gather(best_context, tf.clip_by_value(start_index - offset, 0,
-                                                           tf.maximum(tf.cast(tf.shape(best_context)[1], tf.int64) - 1,
-                                                                      0)), batch_dims=1)
+        best_context = self._max_context(w)  # [N, W]
+        last = tf.maximum(tf.cast(tf.shape(best_context)[1], tf.int64) - 1, 0)  # (a start outside is not valid)
+        in_best = tf.gather(best_context, tf.clip_by_value(start_index - offset, 0, last), batch_dims=1)  # [N, k, k]
         valid = ((start_index != 0) & in_context(start_index) & in_context(end_index) & in_best
                  & (end_index >= start_index) & (end_index - start_index + 1 <= self.max_answer_length))  # [N, k, k]
         score = (tf.cast(beams["start_top_log_probs"], tf.float64)[:, :, None]
