@@ -12,7 +12,7 @@ SavedModel (docs/checkpoints.md).
                                                --output-dir OUT [--int8] [--task sst]
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
-takes a trial's dir of run_finetuning.py (a GLUE classifier or STS-B regressor on raw text; --task
+takes a trial's dir of run_finetuning.py (a classifier, regressor, tagger or SQuAD model on raw text; --task
 picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). to-original,
 litert exports a trial's classifier for ai_edge_litert's interpreter (online serving; --int8 quantizes
 its weights; finetune.litert). to-original, to-hf and saved-model export a model dir's latest checkpoint, or its ckpt-N with --step N. Imports
@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "to-hf":
             sub.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                              help="the weights' dtype in the files: float16 halves them (config.json says which)")
-    served = command("saved-model", "export the discriminator, or a fine-tuned GLUE model, as a SavedModel on "
-                     "raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
+    served = command("saved-model", "export the discriminator, or a fine-tuned model of any task type, as a "
+                     "SavedModel on raw text", "--model-dir", model_dir_help + ", or a fine-tuning trial's "
                      "finetuning_models/<tasks>_model_<trial>")
     served.add_argument("--step", type=step_number, default=None,
                         help="pretrained model dirs: export ckpt-STEP instead of the latest")

@@ -3,7 +3,8 @@
     python predict.py --model-dir DATA_DIR/models/NAME/finetuning_models/reviews_model_1 \
         --input new_reviews.csv --output predictions.jsonl
 
-The model dir is a trial's (`keep_all_models` keeps them); the task's columns travel with it, so a
+The model dir is a trial's (`keep_all_models` keeps them), or a SavedModel exported from one
+(`convert_checkpoint.py saved-model`: the same predictions); the task's columns travel with it, so a
 file in the task's own format needs no other flag: one named as the task's files are (a CoNLL
 `.txt`), else by its extension (.csv, .tsv, .jsonl, .conll). Any other file, or `-` (standard
 input), is plain text: a text a line (a pair task: the two texts
@@ -27,7 +28,7 @@ from finetune.predict_inputs import FORMATS
 def build_parser() -> argparse.ArgumentParser:
     parser = script_parser(__doc__, "python predict.py --model-dir finetuning_models/reviews_model_1 "
                                     "--input new.csv --output predictions.jsonl")
-    parser.add_argument("--model-dir", required=True, help="a fine-tuning trial's model dir")
+    parser.add_argument("--model-dir", required=True, help="a fine-tuning trial's model dir, or a SavedModel exported from one")
     parser.add_argument("--input", required=True, help="the rows to predict: a file, or - for standard input")
     parser.add_argument("--output", required=True, help="the JSONL file to write")
     parser.add_argument("--task", default=None, help="the task to predict, for a multi-task model")

@@ -28,6 +28,12 @@ out) against HF's pipeline. `--variants ours,ours_bf16` compares the float32 and
 `--variants ours,ort,ort_int8` adds ONNX Runtime float32 and int8 on the same weights
 (`benchmarks.onnx_peer`: an HF export through `torch.onnx.export`, `quantize_dynamic` for int8);
 `ours_lite` and `ours_lite_int8` serve `convert_checkpoint.py litert [--int8]`'s export (`finetune.litert`).
+`--variants tagger_predict,hf_tagger --base tagger_predict` is the token-classification pair (issue
+#43): `predict.py`'s Predictor on a CoNLL-2000 chunking trial (`--tagger-model-dir`, or fine-tuned
+here as the SST-2 model is) tagging the held-out tenth of train.txt (the chunk preset's dev split),
+a sentence a row, against `pipeline("token-classification")` on the same weights as an HF
+`ElectraForTokenClassification` (its classifier is the tagging head's dense layer; both tag a word
+by its first sub-token), compared on the tags of the words that are not O.
 `--intra-op-threads 1` serves ours with one intra-op thread (TF_NUM_INTRAOP_THREADS, as TF Serving's
 `--tensorflow_intra_op_parallelism`): on 2 cores a batch-1 request's small matmuls lose more to
 splitting than they gain.
@@ -54,11 +60,13 @@ from benchmarks.peers import SHARED_DATA as SHARED, Worker, pair_groups, run_gro
 DEV = SHARED / "glue" / "SST-2" / "dev.tsv"
 SHIFT = 16.0  # GELU(x + SHIFT) == x + SHIFT in float32 for x > -10
 VARIANTS = ("ours", "hf", "hf_passive", "ours_no_onednn", "ours_bf16", "ours_predict", "ort", "ort_int8", "ours_lite",
-            "ours_lite_int8")
+            "ours_lite_int8", "tagger_predict", "hf_tagger")
+TAGGERS = ("tagger_predict", "hf_tagger")  # the token-classification pair
 LABELS = {"ours": "ours (SavedModel, TF)", "hf": "HF pipeline (PyTorch)", "hf_passive": "HF, OMP passive",
           "ours_no_onednn": "ours, oneDNN off", "ours_bf16": "ours, bf16 SavedModel",
           "ours_predict": "ours, predict.py's Predictor", "ort": "ONNX Runtime float32",
-          "ort_int8": "ONNX Runtime int8", "ours_lite": "ours, LiteRT float32", "ours_lite_int8": "ours, LiteRT int8"}
+          "ort_int8": "ONNX Runtime int8", "ours_lite": "ours, LiteRT float32", "ours_lite_int8": "ours, LiteRT int8",
+          "tagger_predict": "ours, predict.py, chunking", "hf_tagger": "HF token-classification"}
 LITE_EXPORTS = {"ours_lite": "litert", "ours_lite_int8": "litert_int8"}  # variant -> dir under the work dir
 EXPORTS = {"float32": "saved_model", "mixed_bfloat16": "saved_model_bf16"}  # precision -> dir under the work dir
 AGREEMENT_ROWS = 128  # dev sentences whose labels the two servers must agree on
@@ -69,21 +77,55 @@ def dev_sentences() -> list:
     return [line.split("\t")[0] for line in lines]
 
 
+def held_out_sentences() -> list:
+    """The chunk preset's dev split (the last tenth of CoNLL-2000's train.txt), its words joined by spaces."""
+    from finetune import chunking
+    return [" ".join(sentence.words) for sentence in chunking.read_split(SHARED / "conll2000", "dev")]
+
+
 # ----------------------------------------------------------------------------- preparing the model
 
-def fine_tune(model_size: str, steps: int, out: Path) -> Path:
-    """A trial dir of run_finetuning.py: SST-2 from random weights, `steps` steps of batch 32."""
-    hparams = dict(task_names=["sst"], model_size=model_size, recipe="paper", random_init=True, do_eval=False,
-                   vocab_file=str(SHARED / "vocab" / "vocab.txt"), raw_data_dir=str(SHARED / "glue"),
+def fine_tune(model_size: str, steps: int, out: Path, task: str = "sst") -> Path:
+    """A trial dir of run_finetuning.py: SST-2 (or `task` "chunk": CoNLL-2000) from random weights,
+    `steps` steps of batch 32."""
+    raw_data = SHARED / "glue"
+    if task == "chunk":  # the preset reads <raw data>/chunk/train.txt and holds its last tenth out
+        raw_data = out / "data"
+        raw_data.mkdir(parents=True, exist_ok=True)
+        if not (raw_data / "chunk").exists():
+            (raw_data / "chunk").symlink_to(SHARED / "conll2000")
+    hparams = dict(task_names=[task], model_size=model_size, recipe="paper", random_init=True, do_eval=False,
+                   vocab_file=str(SHARED / "vocab" / "vocab.txt"), raw_data_dir=str(raw_data),
                    max_examples=32 * steps, num_train_epochs=1.0, finetuning_models_dir=str(out / "models"),
                    results_dir=str(out / "results"))
     subprocess.run([sys.executable, "run_finetuning.py", "--data-dir", str(out), "--model-name", "bench",
                     "--hparams", json.dumps(hparams)], cwd=REPO, check=True, env=worker_env())
-    return out / "models" / "sst_model_1"
+    return out / "models" / f"{task}_model_1"
 
 
 def write_hf_classifier(trial_dir: Path, out: Path) -> None:
     """The trial's encoder and head as an HF ElectraForSequenceClassification dir (see the module doc)."""
+    def head_tensors(kernel, bias):  # [H, C], [C]
+        hidden = kernel.shape[0]
+        return {"classifier.dense.weight": np.eye(hidden, dtype=np.float32),
+                "classifier.dense.bias": np.full([hidden], SHIFT, np.float32),
+                "classifier.out_proj.weight": kernel.T,
+                "classifier.out_proj.bias": bias - SHIFT * kernel.sum(axis=0)}
+    write_hf_model(trial_dir, out, "ElectraForSequenceClassification", head_tensors, lambda task: task.labels)
+
+
+def write_hf_tagger(trial_dir: Path, out: Path) -> None:
+    """The trial's encoder and tagging head as an HF ElectraForTokenClassification dir. Tagging
+    inputs are segment 1 (the original's), HF's token type 0: its row 0 is our row 1."""
+    write_hf_model(trial_dir, out, "ElectraForTokenClassification",
+                   lambda kernel, bias: {"classifier.weight": kernel.T, "classifier.bias": bias}, lambda task: task.tags,
+                   segment=1)
+
+
+def write_hf_model(trial_dir: Path, out: Path, architecture: str, head_tensors, labels_of, segment: int = 0) -> None:
+    """The trial's encoder and head (its dense layer's kernel and bias -> `head_tensors`) as an HF
+    `architecture` dir, with the task's labels (`labels_of(task)`) as id2label; HF's token type 0
+    is our `segment`."""
     from safetensors.numpy import save_file
     from electra_tf.checkpoints import hf
     from electra_tf.checkpoints.report import variable_name
@@ -94,17 +136,15 @@ def write_hf_classifier(trial_dir: Path, out: Path) -> None:
     tensors = {key: values[tf1].T if transposed else values[tf1]
                for tf1, key, transposed in hf.encoder_pairs("electra", "electra/embeddings", encoder)}
     head = model.heads[[t.name for t in model.tasks].index(task.name)]
-    kernel, bias = head.dense.kernel.numpy(), head.dense.bias.numpy()  # [H, C], [C]
-    hidden = kernel.shape[0]
-    tensors.update({"classifier.dense.weight": np.eye(hidden, dtype=np.float32),
-                    "classifier.dense.bias": np.full([hidden], SHIFT, np.float32),
-                    "classifier.out_proj.weight": kernel.T,
-                    "classifier.out_proj.bias": bias - SHIFT * kernel.sum(axis=0)})
+    tensors.update(head_tensors(head.dense.kernel.numpy(), head.dense.bias.numpy()))
+    types = tensors["electra.embeddings.token_type_embeddings.weight"].copy()
+    types[0] = types[segment]
+    tensors["electra.embeddings.token_type_embeddings.weight"] = types
     out.mkdir(parents=True)
     save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(out / hf.WEIGHTS_FILE),
               metadata={"format": "pt"})
-    labels = task.labels
-    document = dict(hf.hf_config(encoder, "discriminator"), architectures=["ElectraForSequenceClassification"],
+    labels = labels_of(task)
+    document = dict(hf.hf_config(encoder, "discriminator"), architectures=[architecture],
                     id2label={i: str(label) for i, label in enumerate(labels)},
                     label2id={str(label): i for i, label in enumerate(labels)})
     (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
@@ -113,9 +153,27 @@ def write_hf_classifier(trial_dir: Path, out: Path) -> None:
         (out / name).write_text(json.dumps(content, indent=2) + "\n")
 
 
+def prepare_tagger(args, work: Path) -> None:
+    """`work`/hf_tagger and tagger_dir.txt from the chunking trial (fine-tuned here without
+    --tagger-model-dir), unless `work` holds them already."""
+    trial = Path(args.tagger_model_dir) if args.tagger_model_dir else work / "train_chunk" / "models" / "chunk_model_1"
+    if not args.tagger_model_dir and not trial.exists():
+        trial = fine_tune(args.model_size, args.train_steps, work / "train_chunk", "chunk")
+    (work / "tagger_dir.txt").write_text(str(trial.resolve()))
+    if not (work / "hf_tagger").exists():
+        subprocess.run([sys.executable, __file__, "--worker", "export_hf_tagger", "--model-dir", str(trial),
+                        "--export", str(work / "hf_tagger")], cwd=REPO, check=True, env=worker_env())
+
+
 def prepare(args, work: Path) -> Path:
     """`work`/saved_model, saved_model_bf16 and hf from the trial dir (fine-tuned here without
-    --model-dir), each unless `work` (a kept --work-dir) holds it already."""
+    --model-dir), each unless `work` (a kept --work-dir) holds it already; the tagger's with a
+    token-classification variant."""
+    variants = args.variants.split(",")
+    if any(variant in TAGGERS for variant in variants):
+        prepare_tagger(args, work)
+    if all(variant in TAGGERS for variant in variants):
+        return work
     trial = Path(args.model_dir) if args.model_dir else work / "train" / "models" / "sst_model_1"
     if not args.model_dir and not trial.exists():
         trial = fine_tune(args.model_size, args.train_steps, work / "train")
@@ -189,11 +247,47 @@ def build_hf(export: Path):
         texts, batch_size=len(texts), truncation=True, max_length=128)]
 
 
+def build_tagger_predict(trial_dir: Path):
+    """predict(sentences) -> [(each word not tagged O: its first character and tag, 0.0)] through
+    predict.py's Predictor."""
+    from finetune.predicting import Predictor
+    from finetune.tagging import TextSentence
+    predictor = Predictor(trial_dir)
+
+    def predict(texts):
+        sentences = [TextSentence.of_words(i, text.split(), text) for i, text in enumerate(texts)]
+        rows = predictor.rows([(None, sentence) for sentence in sentences])
+        return [(" ".join(f"{start}/{tag}" for (start, _), tag in zip(sentence.offsets, row["tags"])
+                          if tag not in ("O", None)), 0.0) for sentence, row in zip(sentences, rows)]
+
+    return predict
+
+
+def build_hf_tagger(export: Path):
+    """predict(sentences) -> [(each word not tagged O: its first character and tag, 0.0)], a word's
+    tag being its first sub-token's."""
+    from transformers import pipeline
+    tag = pipeline("token-classification", model=str(export / "hf_tagger"), device=-1)
+
+    def predict(texts):
+        answers = tag(texts, batch_size=len(texts))
+        first = lambda text, start: start == 0 or text[start - 1] == " "  # noqa: E731
+        return [(" ".join(f"{a['start']}/{a['entity']}" for a in answer if first(text, a["start"])), 0.0)
+                for text, answer in zip(texts, answers)]
+
+    return predict
+
+
 def serve_variant(args) -> None:
     """Worker: load, answer the first request (start-up), write the labels of the agreement rows,
     then one request of `--batch` dev sentences per step."""
     export = Path(args.export)
-    if args.worker == "ours_predict":
+    texts = dev_sentences()
+    if args.worker == "tagger_predict":
+        predict, texts = build_tagger_predict(Path((export / "tagger_dir.txt").read_text())), held_out_sentences()
+    elif args.worker == "hf_tagger":
+        predict, texts = build_hf_tagger(export), held_out_sentences()
+    elif args.worker == "ours_predict":
         predict = build_predict(Path((export / "trial_dir.txt").read_text()))
     elif args.worker in LITE_EXPORTS:
         predict = build_lite(export / LITE_EXPORTS[args.worker])
@@ -203,7 +297,6 @@ def serve_variant(args) -> None:
         predict = onnx_peer.build(export / "hf", export / "onnx", args.worker)
     else:
         predict = build_hf(export)
-    texts = dev_sentences()
     predict(texts[:args.batch])
     labels = [label for start in range(0, AGREEMENT_ROWS, 32) for label in predict(texts[start:start + 32])]
     (export / f"labels_{args.worker}.json").write_text(json.dumps(labels))  # [[label, probability]]
@@ -265,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/serving.py --work-dir /tmp/serving "
                            "--requests 200 --batches 20 --variants ours,hf,hf_passive")
     parser.add_argument("--model-dir", help="a fine-tuned SST-2 trial dir; default: fine-tune one here")
+    parser.add_argument("--tagger-model-dir", help="a fine-tuned chunk (CoNLL-2000) trial dir, for the "
+                        "token-classification pair; default: fine-tune one here")
     parser.add_argument("--model-size", default="small", choices=("tiny", "small", "base"),
                         help="ELECTRA size when fine-tuning here")
     parser.add_argument("--train-steps", type=int, default=100, help="steps when fine-tuning here")
@@ -281,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="intra-op threads of our variants (0: TensorFlow's default, one per core; "
                              "LiteRT's interpreter: 2)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 training steps, 10 + 2 requests")
-    parser.add_argument("--worker", choices=VARIANTS + ("export_hf", "export_onnx"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=VARIANTS + ("export_hf", "export_onnx", "export_hf_tagger"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     return parser
@@ -289,8 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = build_parser().parse_args()
-    if args.worker == "export_hf":
-        write_hf_classifier(Path(args.model_dir), Path(args.export))
+    if args.worker in ("export_hf", "export_hf_tagger"):
+        write = write_hf_classifier if args.worker == "export_hf" else write_hf_tagger
+        write(Path(args.model_dir), Path(args.export))
         return
     if args.worker == "export_onnx":
         onnx_peer.export(Path(args.export) / "hf", Path(args.export) / "onnx")

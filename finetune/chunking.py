@@ -195,7 +195,7 @@ def typed_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) 
     return scores
 
 
-def _uncased(word: str) -> str:
+def uncased(word: str) -> str:
     """The original's tagging words: always lower-cased and accent-stripped."""
     word = word.lower()
     if word.isascii():
@@ -216,7 +216,7 @@ def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_lengt
               mapping: Dict[str, int], task_id: int = 0, lowercase: bool = True) -> TaggingFeatures:
     """`lowercase`: lower-case and strip accents from every word first (the original's, always);
     false leaves the words to the tokenizer (a cased model's)."""
-    words = [_uncased(w) if lowercase else w for s in sentences for w in s.words]
+    words = [uncased(w) if lowercase else w for s in sentences for w in s.words]
     pieces = _tokenize(tokenizer, words)
     token_ids, positions, labels, cursor, cut = [], [], [], 0, 0
     for sentence in sentences:

@@ -102,5 +102,5 @@ class ClassificationTask(NamedLabels, SentenceTask):
     def card(self) -> dict:
         return {**super().card(), "labels": list(self.labels)}
 
-    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> ClassifierServer:
-        return ClassifierServer(tokenizer, model, self, max_seq_length, precision)
+    def server(self, tokenizer, model, config, precision: str) -> ClassifierServer:
+        return ClassifierServer(tokenizer, model, self, config.max_seq_length, precision)

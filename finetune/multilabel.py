@@ -118,8 +118,8 @@ class MultilabelTask(NamedLabels, SentenceTask):
     def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
         return [self.output(p) for p in fetched["probabilities"]]
 
-    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> MultilabelServer:
-        return MultilabelServer(tokenizer, model, self, max_seq_length, precision)
+    def server(self, tokenizer, model, config, precision: str) -> MultilabelServer:
+        return MultilabelServer(tokenizer, model, self, config.max_seq_length, precision)
 
     def card(self) -> dict:
         return {**super().card(), "labels": list(self.labels), "threshold": self.threshold,

@@ -29,7 +29,7 @@ from electra_tf.progress import format_duration
 from electra_tf.tokenization import Tokenizer
 from finetune.multitask import batch_spec, complete
 from finetune.predict_inputs import InputSource
-from finetune.saved_model import load_finetuned
+from finetune.saved_model import load_finetuned, model_files
 
 GROUP_BATCHES = 8  # batches read, sorted by length and predicted together
 REPORT_EVERY = 5.0  # seconds between progress lines
@@ -49,7 +49,7 @@ class Predictor:
 
     def __init__(self, model_dir, task: Optional[str] = None, embeddings: bool = False, int8: bool = False):
         model, self.config, self.task = load_finetuned(model_dir, task)
-        self.tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
+        self.tokenizer = Tokenizer(model_files(model_dir) / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
         self.task_id = self.config.task_names.index(self.task.name)
         self.encoder, self.head = model.encoder, model.head_of(self.task.name)
         self.embeddings = embeddings
@@ -81,6 +81,7 @@ class Predictor:
         fetched = self.task.predict_outputs(self.head, self.head(sequence, batch, training=False))
         if self.embeddings:
             fetched.update({f"{key}_embedding": value for key, value in pooled(sequence, batch["input_mask"]).items()})
+            fetched["token_vectors"] = tf.cast(sequence, tf.float32)  # [B, L, H]
         return fetched
 
     def rows(self, items) -> list:
@@ -99,10 +100,23 @@ class Predictor:
                     column[index] = row
         rows = self.task.prediction_rows(self.config, fetched, list(examples), features)
         if self.embeddings:
-            for row, feature in zip(rows, self.task.example_features(features)):
+            offsets = self.task.token_offsets(self.config, self.tokenizer, list(examples), features)
+            for row, feature, spans in zip(rows, self.task.example_features(features), offsets):
                 row["embedding"] = {"cls": fetched["cls_embedding"][feature].tolist(),
-                                    "mean": fetched["mean_embedding"][feature].tolist()}
+                                    "mean": fetched["mean_embedding"][feature].tolist(),
+                                    "tokens": token_rows(self.tokenizer, features, feature, spans,
+                                                         fetched["token_vectors"][feature])}
         return [({"id": row_id} if row_id is not None else {}) | row for row_id, row in zip(ids, rows)]
+
+
+def token_rows(tokenizer, features, feature: int, spans: np.ndarray, vectors: np.ndarray) -> list:
+    """Each token of a feature: its WordPiece, segment, [start, end) characters in its text (null
+    for [CLS] and [SEP]) and encoder vector."""
+    return [{"token": tokenizer.vocab[int(token)], "segment": int(segment),
+             "start": None if start < 0 else int(start), "end": None if end < 0 else int(end),
+             "vector": vector.tolist()}
+            for token, segment, (start, end), vector in zip(features.token_ids[feature], features.segment_ids[feature],
+                                                            spans, vectors)]
 
 
 def predict(model_dir, input_path: str, output_path: str, task: Optional[str] = None,

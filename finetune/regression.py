@@ -62,5 +62,5 @@ class RegressionTask(SentenceTask):
     def card(self) -> dict:
         return {**super().card(), "scale": self.scale}
 
-    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> RegressorServer:
-        return RegressorServer(tokenizer, model, self, max_seq_length, precision)
+    def server(self, tokenizer, model, config, precision: str) -> RegressorServer:
+        return RegressorServer(tokenizer, model, self, config.max_seq_length, precision)

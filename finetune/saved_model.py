@@ -1,8 +1,10 @@
 """A SavedModel of a fine-tuned model that reads raw text: tokenization runs inside the graph.
 
-Its `serving_default` is the served task's server (`Task.server`, `finetune.servers`): for
-classification and regression tasks, GLUE's or a user's, raw `text_a` (and `text_b` for a pair
-task) in, probabilities and the label name, or the score on the task's scale, out. Loading it
+Its `serving_default` is the served task's server (`Task.server`): for classification,
+multi-label and regression tasks, GLUE's or a user's, raw `text_a` (and `text_b` for a pair task)
+in, probabilities and the label names, or the score on the task's scale, out (`finetune.servers`);
+for a tagging task sentences in, tags and entity spans out (`finetune.tagging_server`); for SQuAD
+question and context in, the answer and its span out (`finetune.qa_server`). Loading it
 needs `import tensorflow_text` first (its WordPiece op). As the discriminator's, it computes in
 float32 or, exported with `precision` "mixed_bfloat16", in bfloat16 with float32 outputs, and says
 which in its `precision` variable (`electra_tf.checkpoints.saved_model`).
@@ -10,10 +12,14 @@ which in its `precision` variable (`electra_tf.checkpoints.saved_model`).
 The source is a trial's model dir, `finetuning_models/<tasks>_model_<trial>`: its `finetuned`
 checkpoint, the run's `finetuning_config.json`, its tasks' cards (`task_cards.json`: the label
 names a user task learned) and `vocab.txt` (all written by the runner). A multi-task run holds a
-head per task; one of them is exported (`task`).
+head per task; one of them is exported (`task`). The export keeps those three files, and the
+served task's name (`served_task`), in its `assets.extra/`, so that `predict.py` reads a
+SavedModel as it reads the trial's dir (`load_finetuned`): the same featurizing in Python, the
+encoder's and the head's weights read from the SavedModel's variables.
 """
 
 import json
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -29,12 +35,24 @@ from finetune.config import FinetuningConfig
 from finetune.model import FinetuningModel
 from finetune.multitask import batch_spec, complete
 from finetune.runner import FINETUNED, RUN_CONFIG, TASK_CARDS
-from finetune.tasks import canonical_name, run_tasks
+from finetune.tasks import canonical_name, get_task, run_tasks
+
+EXTRA = "assets.extra"  # a SavedModel's files beside its graph: the run's config, cards and vocab
+SERVED_TASK = "served_task"  # in EXTRA: the name of the task the SavedModel serves
 
 
 def is_finetuned_dir(path) -> bool:
     """Whether `path` holds a fine-tuned model (a trial's model dir) rather than a pretrained one."""
     return (Path(path) / f"{FINETUNED}.index").is_file()
+
+
+def is_saved_model(path) -> bool:
+    return (Path(path) / "saved_model.pb").is_file()
+
+
+def model_files(model_dir) -> Path:
+    """Where a fine-tuned model's config, cards and vocab are: the trial's dir, or a SavedModel's EXTRA."""
+    return Path(model_dir) / EXTRA if is_saved_model(model_dir) else Path(model_dir)
 
 
 def read_run_config(model_dir: Path) -> FinetuningConfig:
@@ -69,6 +87,8 @@ def load_finetuned(model_dir, task: Optional[str] = None, precision: str = "floa
     serve), the model's layers computing in `precision`."""
     check_precision(precision)
     model_dir = Path(model_dir)
+    if is_saved_model(model_dir):
+        return _load_saved_model(model_dir, task, precision)
     if not is_finetuned_dir(model_dir):
         raise InputError(f"{model_dir} holds no fine-tuned model ({FINETUNED}.index); a trial's model dir "
                          f"is finetuning_models/<tasks>_model_<trial>, kept when keep_all_models is true")
@@ -88,13 +108,50 @@ def load_finetuned(model_dir, task: Optional[str] = None, precision: str = "floa
     return model, config, tasks[config.task_names.index(served)]
 
 
+def _load_saved_model(model_dir: Path, task: Optional[str], precision: str):
+    """`load_finetuned` of a SavedModel that `export_finetuned` wrote: a model of the served task alone."""
+    served_file = model_dir / EXTRA / SERVED_TASK
+    if not served_file.is_file():
+        raise InputError(f"{model_dir} is a SavedModel without a fine-tuned task ({EXTRA}/{SERVED_TASK}): the "
+                         f"discriminator's, or exported before predict read SavedModels; give the trial's model dir, "
+                         f"or export it again with convert_checkpoint.py saved-model")
+    config = read_run_config(model_dir / EXTRA)
+    served = served_file.read_text(encoding="utf-8").strip()
+    served_task = get_task(served, config.tasks, config.raw_data_dir, read_cards(model_dir / EXTRA).get(served))
+    if task is not None and task != served and not _names(task, served, config):
+        raise InputError(f"--task {task}: {model_dir} is a SavedModel of task {served} (a {served_task.type_name} "
+                         f"task) only; export the trial's dir with --task {task} to predict {task}")
+    check_vocab(model_dir / EXTRA / VOCAB_FILE, config.vocab_size)
+    with precision_scope(precision):
+        model = FinetuningModel(config.encoder_config(), [served_task], config)
+    model(complete({"input_ids": np.ones([1, 3], np.int32), "input_mask": np.ones([1, 3], np.int32),
+                    "segment_ids": np.zeros([1, 3], np.int32)}, batch_spec([served_task])))  # creates the variables
+    model.encoder.freeze_qkv()  # the export's encoder holds Q/K/V as one variable
+    variables = model_dir / "variables" / "variables"
+    try:
+        tf.train.Checkpoint(encoder=model.encoder, head=model.head_of(served)).read(
+            str(variables)).assert_existing_objects_matched().expect_partial()  # not the server's own
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        raise InputError(f"SavedModel {model_dir} does not match its {EXTRA}/{RUN_CONFIG}: "
+                         f"{str(error).splitlines()[0]}") from None
+    return model, config, served_task
+
+
+def _names(task: str, served: str, config: FinetuningConfig) -> bool:
+    """Whether --task `task` names the task `served` (its own name or, for a built-in task, another)."""
+    try:
+        return canonical_name(task, config.tasks) == served
+    except InputError:
+        return False
+
+
 def build_server(model_dir, task: Optional[str] = None, precision: str = "float32") -> tf.Module:
     """The served task's server on a trial's model dir, its fine-tuned weights restored, computing
     in `precision`."""
     model, config, served = load_finetuned(model_dir, task, precision)
     model.encoder.freeze_qkv()
     tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=config.do_lower_case)
-    return served.server(tokenizer, model, config.max_seq_length, precision)
+    return served.server(tokenizer, model, config, precision)
 
 
 def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrite: bool = False,
@@ -106,4 +163,10 @@ def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrit
     server = build_server(model_dir, task, precision)
     with staged_output(output_dir, overwrite) as staging:
         tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
+        extra = staging / EXTRA
+        extra.mkdir()
+        for name in (RUN_CONFIG, TASK_CARDS, VOCAB_FILE):
+            if (Path(model_dir) / name).is_file():
+                shutil.copyfile(Path(model_dir) / name, extra / name)
+        (extra / SERVED_TASK).write_text(server.task.name + "\n", encoding="utf-8")
     return server

@@ -9,11 +9,13 @@ import abc
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
+
 from electra_tf.errors import InputError
 from finetune.glue import Example
 from finetune.inputs import Features, featurize
 from finetune.table_files import FORMATS, Layout, iter_rows, text_cell
-from finetune.task import EvalSplit, Task
+from finetune.task import EDGE, EvalSplit, Task, text_offsets
 from finetune.task_files import TaskFiles, write_test_predictions
 
 
@@ -55,6 +57,19 @@ class SentenceTask(Task):
 
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> Features:
         return featurize(examples, tokenizer, config.max_seq_length, task_id, self.is_regression)
+
+    def token_offsets(self, config, tokenizer, examples, features) -> List[np.ndarray]:
+        """text_a's kept tokens after [CLS], text_b's after the first [SEP] (finetune.inputs' layout)."""
+        texts = [[e.text_a for e in examples]] + ([[e.text_b or "" for e in examples]] if self.has_pair else [])
+        offsets = [text_offsets(tokenizer, column) for column in texts]  # per text column, per example
+        rows = []
+        for i, segments in enumerate(features.segment_ids):
+            kept_a = int((segments == 0).sum()) - 2
+            parts = [EDGE, offsets[0][i][:kept_a], EDGE]
+            if len(segments) > kept_a + 2:  # a pair: text_b's tokens, then [SEP]
+                parts += [offsets[1][i][:len(segments) - kept_a - 3], EDGE]
+            rows.append(np.concatenate(parts))
+        return rows
 
     is_regression = False  # the label is a float target (finetune.inputs' `targets`), not a class
 

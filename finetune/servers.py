@@ -9,14 +9,16 @@ to the first [SEP], BERT's longest-first truncation to max_seq_length) and they 
                                                  where the probability reaches the threshold, else "")
     regression:     score         float32 [B]    the output times the task's scale (STS-B: 0-5),
                                                  not clipped as the GLUE server file is
-and `embed` (the same inputs) the encoder's vectors (`electra_tf.checkpoints.saved_model`).
+and `embed` (the same inputs) the encoder's vectors with each token's characters in its text
+(`electra_tf.checkpoints.saved_model`).
 A task's `server` (finetune.task) picks its server.
 """
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.checkpoints.saved_model import embedding_outputs, encode, precision_record
+from electra_tf.checkpoints.saved_model import embedding_outputs, encode, encode_with_offsets, precision_record
+from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.tokenization import Tokenizer
 
 
@@ -28,15 +30,31 @@ def encode_pair(tokenizer: Tokenizer, text_a: tf.Tensor, text_b: tf.Tensor, max_
     trimmer sees (b, a). A row whose text_b has no tokens is `[CLS] a [SEP]` alone, as `featurize`'s.
     """
     tokens_a, tokens_b = tokenizer.tokenize(text_a), tokenizer.tokenize(text_b)  # [B, (Ta)], [B, (Tb)]
+    ids, segments = combine_pair(tokens_a, tokens_b, max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
+    return ids.to_tensor(tokenizer.pad_id), tf.ones_like(ids).to_tensor(0), segments.to_tensor(0)
+
+
+def combine_pair(tokens_a, tokens_b, max_seq_length: int, cls, sep):
+    """tokens_a, tokens_b [B, (T)] (ids, or character offsets) -> (cls a sep b sep, segment ids),
+    int32 [B, (L)], as `encode_pair` truncates them."""
     pair_b, pair_a = tf_text.ShrinkLongestTrimmer(max_seq_length - 3).trim([tokens_b, tokens_a])
-    pair_ids, pair_segments = tf_text.combine_segments([pair_a, pair_b], tokenizer.cls_id, tokenizer.sep_id)
-    single_ids, single_segments = tf_text.combine_segments([tokens_a[:, :max_seq_length - 2]], tokenizer.cls_id,
-                                                           tokenizer.sep_id)
+    pair_ids, pair_segments = tf_text.combine_segments([pair_a, pair_b], cls, sep)
+    single_ids, single_segments = tf_text.combine_segments([tokens_a[:, :max_seq_length - 2]], cls, sep)
     rows = tf.range(tokens_a.nrows())
     pick = tf.where(tokens_b.row_lengths() > 0, rows, rows + tokens_a.nrows())  # [B]: pair row, else single row
     ids = tf.cast(tf.gather(tf.concat([pair_ids, single_ids], axis=0), pick), tf.int32)  # [B, (L)]
     segments = tf.gather(tf.concat([pair_segments, single_segments], axis=0), pick)
-    return ids.to_tensor(tokenizer.pad_id), tf.ones_like(ids).to_tensor(0), tf.cast(segments, tf.int32).to_tensor(0)
+    return ids, tf.cast(segments, tf.int32)
+
+
+def pair_with_offsets(tokenizer: Tokenizer, text_a, text_b, max_seq_length: int):
+    """`encode_pair`'s inputs and each token's [start, end) characters in its text, int32 [B, L]
+    (-1 on [CLS], [SEP] and padding)."""
+    (ids_a, *offsets_a), (ids_b, *offsets_b) = tokenize_with_offsets(tokenizer, text_a), \
+        tokenize_with_offsets(tokenizer, text_b)
+    ids, segments = combine_pair(ids_a, ids_b, max_seq_length, tokenizer.cls_id, tokenizer.sep_id)
+    start, end = (combine_pair(a, b, max_seq_length, -1, -1)[0].to_tensor(-1) for a, b in zip(offsets_a, offsets_b))
+    return ids.to_tensor(tokenizer.pad_id), tf.ones_like(ids).to_tensor(0), segments.to_tensor(0), start, end
 
 
 class SentenceServer(tf.Module):
@@ -52,7 +70,7 @@ class SentenceServer(tf.Module):
         if task.has_pair:
             texts.append(tf.TensorSpec([None], tf.string, name="text_b"))
         self.serve = tf.function(lambda *text: self._outputs(*self._inputs(*text)), input_signature=texts)
-        self.embed = tf.function(lambda *text: embedding_outputs(self.encoder, *self._inputs(*text)),
+        self.embed = tf.function(lambda *text: embedding_outputs(self.encoder, *self._embed_inputs(*text)),
                                  input_signature=texts)
 
     def _inputs(self, text_a, text_b=None):
@@ -61,6 +79,13 @@ class SentenceServer(tf.Module):
             return encode_pair(self.tokenizer, text_a, text_b, self.max_seq_length)
         input_ids, input_mask = encode(self.tokenizer, text_a, self.max_seq_length)  # [B, L]
         return input_ids, input_mask, tf.zeros_like(input_ids)
+
+    def _embed_inputs(self, text_a, text_b=None):
+        """`_inputs` and each token's [start, end) characters in its text, int32 [B, L]."""
+        if text_b is not None:
+            return pair_with_offsets(self.tokenizer, text_a, text_b, self.max_seq_length)
+        input_ids, input_mask, start, end = encode_with_offsets(self.tokenizer, text_a, self.max_seq_length)
+        return input_ids, input_mask, tf.zeros_like(input_ids), start, end
 
     def _outputs(self, input_ids, input_mask, segment_ids):
         cls = self.encoder.call_unpadded(input_ids, input_mask, segment_ids, cls_only=True)  # [B, H]

@@ -13,9 +13,10 @@ import tensorflow as tf
 from finetune import squad, squad_postprocess
 from electra_tf.errors import InputError
 from finetune.qa_head import QAHead
+from finetune.qa_server import QAServer
 from finetune.squad_context import Paragraph
 from finetune.table_files import Layout, iter_rows, text_cell
-from finetune.task import EvalSplit, Task
+from finetune.task import EDGE, EvalSplit, Task, text_offsets
 
 
 class SquadTask(Task):
@@ -110,6 +111,18 @@ class SquadTask(Task):
     def example_features(self, features) -> np.ndarray:
         return np.unique(features.example_index, return_index=True)[1]  # each question's first window
 
+    def token_offsets(self, config, tokenizer, examples, features) -> List[np.ndarray]:
+        """The question's tokens (characters in the question), then the first window's context
+        tokens (characters in the context)."""
+        questions = text_offsets(tokenizer, [e.question for e in examples])
+        rows = []
+        for example, question, f in zip(examples, questions, self.example_features(features)):
+            doc = features.doc_tokens[id(example.paragraph)]
+            window = slice(features.doc_start[f], features.doc_start[f] + features.doc_length[f])
+            rows.append(np.concatenate([EDGE, question[:features.doc_offset[f] - 2], EDGE,
+                                        np.stack([doc.char_start[window], doc.char_end[window]], -1), EDGE]))
+        return rows
+
     def predict_outputs(self, head, outputs) -> Dict[str, tf.Tensor]:
         return head.predictions(outputs)  # the beams of every window
 
@@ -128,6 +141,9 @@ class SquadTask(Task):
                 row.update(null_odds=odds, abstains=bool(odds > config.qa_na_threshold))
             rows.append(row)
         return rows
+
+    def server(self, tokenizer, model, config, precision: str) -> QAServer:
+        return QAServer(tokenizer, model, self, config, precision)
 
     def card(self) -> dict:
         return {"type": self.type_name, "v2": self.v2}

@@ -16,6 +16,7 @@ import itertools
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from electra_tf.errors import InputError
@@ -24,7 +25,7 @@ from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
 from finetune.predict_inputs import InputSource
 from finetune.table_files import Layout, iter_rows, read_rows
 from finetune.tagging_server import TaggerServer
-from finetune.task import EvalSplit, Task
+from finetune.task import EDGE, EvalSplit, Task, text_offsets
 from finetune.task_files import write_test_predictions
 
 SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
@@ -187,6 +188,18 @@ class TaggingTask(Task):
         rows = self.prediction_rows(config, {"tag_ids": predictions}, split.examples, split.features)
         return write_test_predictions(results_dir, self.name, [None] * len(rows), rows)
 
+    def token_offsets(self, config, tokenizer, examples, features) -> List[np.ndarray]:
+        """Each kept word's tokens, their characters in the sentence's text (clipped to the word's)."""
+        lowercase = self.lowercase(config.do_lower_case)
+        words = [chunking.uncased(w) if lowercase else w for sentence in examples for w in sentence.words]
+        pieces, cursor, rows = text_offsets(tokenizer, words), 0, []
+        for sentence, kept in zip(examples, features.labeled_positions):
+            body = [np.minimum(pieces[cursor + w], end - start) + start
+                    for w, (start, end) in enumerate(sentence.offsets[:len(kept)])]
+            cursor += len(sentence.words)
+            rows.append(np.concatenate([EDGE, *body, EDGE]))
+        return rows
+
     def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
         return {"tag_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}  # [B, W]
 
@@ -203,8 +216,8 @@ class TaggingTask(Task):
                          "entities": entities})
         return rows
 
-    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> TaggerServer:
-        return TaggerServer(tokenizer, model, self, max_seq_length, precision,
+    def server(self, tokenizer, model, config, precision: str) -> TaggerServer:
+        return TaggerServer(tokenizer, model, self, config.max_seq_length, precision,
                             self.lowercase(tokenizer.do_lower_case))
 
     def card(self) -> dict:

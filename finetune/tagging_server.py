@@ -10,20 +10,24 @@ word tagged; the original's cut of long sentences; segment ids 1), then returns
     entity_type   tf.string [B, E]  the entities by conlleval's rules, in order ("" on padding)
     entity_start  int32 [B, E]      their character spans in the sentence (-1 on padding)
     entity_end    int32 [B, E]
-`embed(text)` gives the encoder's vectors of the same tokens. Decoding the entities needs only
+`embed(text)` gives the encoder's vectors of the same tokens, with each token's characters in the
+sentence (`electra_tf.token_offsets` on its word; a word whose lower-casing changes its length,
+rare, has its tokens' characters clipped to the word). Decoding the entities needs only
 adjacent tags (conlleval's start and end of a chunk), so it runs as whole-tensor ops.
 """
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.checkpoints.saved_model import embedding_outputs, precision_record
+from electra_tf.checkpoints.saved_model import embedding_outputs, framed, precision_record
+from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.tokenization import Tokenizer
 
 
 def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, lowercase: bool):
     """text tf.string [B] -> ({input_ids, input_mask, segment_ids [B, L], labeled_positions
-    [B, Wk]}, kept bool [B, (W)], word spans in characters [B, (W)] x 2)."""
+    [B, Wk], token_start and token_end [B, L]: each token's characters in the sentence, -1 on
+    [CLS], [SEP] and padding}, kept bool [B, (W)], word spans in characters [B, (W)] x 2)."""
     words, starts, ends = tf_text.WhitespaceTokenizer().tokenize_with_offsets(text)  # [B, (W)], bytes
     flat = words.flat_values  # [NW]
     if lowercase:  # the original's tagging words: lower-cased, accents stripped, before WordPiece
@@ -40,8 +44,9 @@ def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, lowercase: b
     # length (len(ids) = 1 + the pieces before it), nor one whose pieces would not fit
     kept = (n_words + 4 + before <= max_seq_length) & (after + 2 <= max_seq_length)  # [NW]
     kept_rows = words.with_flat_values(kept)  # [B, (W)]
-    kept_pieces = tf.RaggedTensor.from_row_lengths(tf.ragged.boolean_mask(pieces, kept),
-                                                   tf.reduce_sum(tf.cast(kept_rows, tf.int64), 1))  # [B, (Wk), (P)]
+    kept_words = tf.reduce_sum(tf.cast(kept_rows, tf.int64), 1)  # [B]
+    only_kept = lambda values: tf.RaggedTensor.from_row_lengths(tf.ragged.boolean_mask(values, kept), kept_words)
+    kept_pieces = only_kept(pieces)  # [B, (Wk), (P)]
     body = kept_pieces.merge_dims(1, 2)  # [B, (T)]
     batch = tf.shape(text)[0]
     ids = tf.concat([tf.fill([batch, 1], tokenizer.cls_id), tf.cast(body, tf.int32),
@@ -54,6 +59,13 @@ def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, lowercase: b
     in_chars = lambda offset: tf.strings.length(tf.strings.substr(sentence, tf.zeros_like(offset), offset),
                                                 unit="UTF8_CHAR")  # a byte offset as characters
     spans = [words.with_flat_values(in_chars(offsets.flat_values)) for offsets in (starts, ends)]
+    word_start, word_end = (tf.cast(span.flat_values, tf.int32) for span in spans)  # [NW]
+    for key, offsets in zip(("token_start", "token_end"), tokenize_with_offsets(tokenizer, flat)[1:]):  # [NW, (P)]
+        word = offsets.value_rowids()  # [NP]
+        length, shift = tf.gather(word_end - word_start, word), tf.gather(word_start, word)
+        in_sentence = tf.minimum(offsets.flat_values, length) + shift
+        body = only_kept(offsets.with_flat_values(in_sentence)).merge_dims(1, 2)  # [B, (T)]
+        features[key] = framed(body, max_seq_length, -1, -1, -1)
     return features, kept_rows, spans
 
 
@@ -114,4 +126,5 @@ class TaggerServer(tf.Module):
 
     def _embed(self, text):
         features = tagging_inputs(self.tokenizer, text, self.max_seq_length, self.lowercase)[0]
-        return embedding_outputs(self.encoder, features["input_ids"], features["input_mask"], features["segment_ids"])
+        return embedding_outputs(self.encoder, *(features[key] for key in ("input_ids", "input_mask", "segment_ids",
+                                                                             "token_start", "token_end")))

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.errors import InputError
+from electra_tf.token_offsets import tokenize_with_offsets
 from finetune.inputs import Features, pad_batch
 
 
@@ -105,6 +106,11 @@ class Task(abc.ABC):
         embeddings): the example's own, or its first window (SQuAD)."""
         return np.arange(len(features))
 
+    def token_offsets(self, config, tokenizer, examples: list, features: Features) -> List[np.ndarray]:
+        """Per example, each token of its `example_features` feature: its [start, end) characters
+        in its text (int32 [T, 2]; -1 on [CLS], [SEP]), as the `embed` signature gives them."""
+        raise InputError(f"task {self.name}: a {self.type_name} task cannot give token offsets yet")
+
     def predict_outputs(self, head, outputs) -> Dict[str, tf.Tensor]:
         """In the graph: what predicting fetches from the head's output (leading axis B)."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
@@ -113,9 +119,19 @@ class Task(abc.ABC):
         """One JSON object per example from the fetched values ({key: [array per feature]})."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
 
-    def server(self, tokenizer, model, max_seq_length: int, precision: str) -> tf.Module:
-        """A tf.Module whose `serve` function takes raw strings (finetune.saved_model)."""
+    def server(self, tokenizer, model, config, precision: str) -> tf.Module:
+        """A tf.Module whose `serve` and `embed` functions take raw strings (finetune.saved_model),
+        featurizing as the run's FinetuningConfig `config` did."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot be exported as a SavedModel yet")
+
+
+EDGE = np.full([1, 2], -1, np.int32)  # the offsets of [CLS] or [SEP]
+
+
+def text_offsets(tokenizer, texts: Sequence[str]) -> List[np.ndarray]:
+    """Each text's tokens' [start, end) characters (int32 [T, 2]; `electra_tf.token_offsets`)."""
+    _, starts, ends = tokenize_with_offsets(tokenizer, tf.constant(list(texts), tf.string))
+    return [np.stack([s, e], -1).astype(np.int32).reshape(-1, 2) for s, e in zip(starts.to_list(), ends.to_list())]
 
 
 def stable_labels(values) -> Tuple[str, ...]:

@@ -3,12 +3,16 @@ signalled once its output shows it is working, and a local cluster of workers (T
 127.0.0.1, free ports)."""
 
 import json
+import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable, List, Tuple
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,7 +110,32 @@ class Cluster:
 def report_then_sleep(seconds: float) -> None:
     """A data-build worker's job (`pretrain_data.build`'s pool) that says its pid on the build's
     progress queue, once the worker's initializer has run, then sleeps."""
-    import os
     from pretrain_data import build
     build._progress_queue.put(os.getpid())
     time.sleep(seconds)
+
+
+FRESH_SERVE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # its ops, which the graph uses
+assert not any(name.split(".")[0] in ("electra_tf", "finetune") for name in sys.modules)
+job = json.load(open(sys.argv[1], encoding="utf-8"))
+signature = tf.saved_model.load(job["model"]).signatures[job["signature"]]
+out = signature(**{name: tf.constant(values) for name, values in job["inputs"].items()})
+np.savez(job["output"], **{name: value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
+                           for name, value in out.items()})
+"""
+
+
+def serve_in_fresh_process(saved_model, inputs: dict, work_dir: Path, signature: str = "serving_default") -> dict:
+    """The outputs ({name: array}) of a SavedModel's `signature` on `inputs` ({name: list}), computed
+    in a new process that imports TensorFlow and tensorflow-text only (not this project)."""
+    job = work_dir / f"fresh_{signature}.json"
+    output = work_dir / f"fresh_{signature}.npz"
+    job.write_text(json.dumps({"model": str(saved_model), "signature": signature, "inputs": inputs,
+                               "output": str(output)}), encoding="utf-8")
+    subprocess.run([sys.executable, "-c", FRESH_SERVE, str(job)], check=True, capture_output=True, cwd=work_dir,
+                   env={**os.environ, "PYTHONPATH": ""})
+    return dict(np.load(output))

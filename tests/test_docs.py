@@ -190,3 +190,21 @@ def test_fidelity_citations_name_a_section():
              for anchor in re.findall(r"fidelity\.md#([\w-]+)", path.read_text(encoding="utf-8"))]
     broken = [f"{path.relative_to(REPO)}: #{anchor}" for path, anchor in cited if anchor not in anchors]
     assert cited and not broken, "citations of missing sections of docs/fidelity.md:\n" + "\n".join(broken)
+
+
+def test_serving_page_shows_each_task_types_predict_output():
+    """docs/serving.md shows, for every task type, a predict.py command followed by the first JSON
+    lines it writes, with the keys predict.py writes for that type; and every SavedModel signature."""
+    page = (REPO / "docs" / "serving.md").read_text(encoding="utf-8")
+    shown = []
+    for command, output in re.findall(r"```sh\n(.*?)```\s*```json\n(.*?)```", page, re.S):
+        if "predict.py" in command:
+            rows = [json.loads(line) for line in output.splitlines() if line.strip()]
+            assert rows, command
+            shown.append({key for key in rows[0] if key != "id"})
+    wanted = {"classification": {"label", "probabilities"}, "multi-label": {"labels", "probabilities"},
+              "regression": {"score"}, "tagging": {"words", "tags", "entities"},
+              "SQuAD 2.0": {"answer", "start", "end", "null_odds", "abstains"}}
+    assert [kind for kind, keys in wanted.items() if keys not in shown] == [], shown
+    for name in ("serving_default", "embed", "text_a", "text_b", "question", "context", "token_start", "token_end"):
+        assert f"`{name}`" in page or f"{name}=" in page, name

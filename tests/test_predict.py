@@ -18,10 +18,12 @@ import tensorflow as tf
 import convert_checkpoint
 import predict
 from electra_tf.errors import InputError
+from electra_tf.tokenization import Tokenizer
 from finetune.config import FinetuningConfig
 from finetune.predicting import Predictor
 from finetune.runner import Trial, run
 from finetune.task_data import load_task_data, make_tokenizer
+from test_token_offsets import assert_embed_offsets, expected_offsets
 
 ROWS = 48
 BASE = dict(model_size="tiny", random_init=True, max_seq_length=40, train_batch_size=16, eval_batch_size=32,
@@ -102,6 +104,8 @@ def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_pat
                                atol=1e-5)
     embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](
         text_a=tf.constant([e.text_a for e in split.examples[:4]]))
+    assert_embed_offsets(Tokenizer(root / "vocab.txt"), {0: [e.text_a for e in split.examples[:4]]},
+                         {key: value.numpy() for key, value in embedded.items()})  # each token's characters
     dev = str(root / "finetuning_data/reviews/dev.csv")
     with_embeddings = predicted(["--model-dir", str(trial_dir), "--input", dev, "--embeddings",
                                  "--output", str(tmp_path / "embedded.jsonl")])
@@ -161,6 +165,9 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
                     str(tmp_path / "served.npz")], check=True, capture_output=True, cwd=tmp_path,
                    env={**os.environ, "PYTHONPATH": ""})
     served = dict(np.load(tmp_path / "served.npz"))  # a process with TensorFlow and tensorflow_text only
+    embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](text=tf.constant(sentences))
+    assert_embed_offsets(Tokenizer(root / "vocab.txt"), {1: sentences},  # tagging inputs are segment 1
+                         {key: value.numpy() for key, value in embedded.items()})
     for i, row in enumerate(rows):  # the SavedModel tags and finds the entities as predict does
         words = len(row["words"])
         assert [t or None for t in served["tags"][i][:words].tolist()] == row["tags"]
@@ -183,6 +190,20 @@ def test_mean_embedding_is_the_encoders_output_over_real_tokens(trained, tmp_pat
         sequence = predictor.encoder(ids, np.ones_like(ids), np.zeros_like(ids), training=False).numpy()[0]
         np.testing.assert_allclose(row["embedding"]["mean"], sequence.mean(0), atol=1e-5)
         np.testing.assert_allclose(row["embedding"]["cls"], sequence[0], atol=1e-5)
+        tokens = row["embedding"]["tokens"]  # each token's vector and its characters in the text
+        np.testing.assert_allclose([token["vector"] for token in tokens], sequence, atol=1e-5)
+        want_ids, starts, ends = expected_offsets(predictor.tokenizer, text)
+        assert [token["token"] for token in tokens] == ["[CLS]", *predictor.tokenizer.convert_ids_to_tokens(want_ids),
+                                                        "[SEP]"]
+        assert [(token["start"], token["end"]) for token in tokens] == [(None, None), *zip(starts, ends), (None, None)]
+    config, trial_dir = models["phrases"]  # a tagger: the characters of each word's tokens in the line
+    line = "Rockwell International Corp. said it signed  a tentative agreement ."
+    (tmp_path / "line.txt").write_text(line + "\n")
+    [row] = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "line.txt"), "--input-format", "text",
+                       "--embeddings", "--output", str(tmp_path / "line.jsonl")])
+    tokens = row["embedding"]["tokens"][1:-1]
+    assert [line[t["start"]:t["end"]].lower() for t in tokens] == [t["token"].lstrip("#") for t in tokens]
+    assert {t["start"] for t in tokens} >= {line.index(word) for word in ("signed", "tentative", "agreement")}
 
 
 def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys, monkeypatch):
@@ -245,3 +266,48 @@ def test_squad_v2_answers_equal_the_runs_own(tmp_path, shared_data, vocab_file):
         assert row["null_odds"] == pytest.approx(null_odds[row["id"]], abs=1e-4)
         assert row["abstains"] == (row["null_odds"] > config.qa_na_threshold)
         assert row["answer"] == "empty" or question["context"][row["start"]:row["end"]] == row["answer"]
+    [row] = predicted(["--model-dir", str(tmp_path / "models/tiny/finetuning_models/squad_model_1"), "--embeddings",
+                       "--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "embedded.jsonl")])[:1]
+    tokens = row["embedding"]["tokens"]  # the first window: the question's tokens, then the context's
+    tokenizer = Tokenizer(tmp_path / "vocab.txt")
+    in_question = [(t["start"], t["end"]) for t in tokens if t["segment"] == 0 and t["start"] is not None]
+    in_context = [(t["start"], t["end"]) for t in tokens if t["segment"] == 1 and t["start"] is not None]
+    assert in_question == list(zip(*expected_offsets(tokenizer, questions[0]["question"])[1:]))
+    assert in_context == list(zip(*expected_offsets(tokenizer, questions[0]["context"])[1:]))[:len(in_context)]
+    assert 0 < len(in_context) < len(expected_offsets(tokenizer, questions[0]["context"])[0])  # a window of it
+
+
+def test_a_saved_model_predicts_as_its_trial_dir(trained, tmp_path, capsys):
+    """predict.py --model-dir takes a SavedModel exported from a trial: the same labels, tags and
+    entities, probabilities within 1e-5; a SavedModel of another task, or of no fine-tuned task,
+    and a dir without a fine-tuned model each get one clear error."""
+    root, models = trained
+    inputs = {"reviews": ["--input", str(root / "finetuning_data/reviews/dev.csv")],
+              "phrases": ["--input", str(root / "finetuning_data/chunk/dev.txt"), "--input-format", "conll"]}
+    for name, args in inputs.items():
+        trial_dir = models[name][1]
+        assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
+                                        str(tmp_path / name)]) == 0
+        from_trial = predicted(["--model-dir", str(trial_dir), *args, "--output", str(tmp_path / f"{name}.jsonl")])
+        from_saved = predicted(["--model-dir", str(tmp_path / name), *args, "--output",
+                                str(tmp_path / f"{name}_saved.jsonl")])
+        assert len(from_saved) == len(from_trial) > 0
+        for saved, trial in zip(from_saved, from_trial):
+            probabilities = (saved.pop("probabilities", None), trial.pop("probabilities", None))
+            assert saved == trial  # ids, labels; words, tags and entities
+            if probabilities[0] is not None:
+                np.testing.assert_allclose(list(probabilities[0].values()), list(probabilities[1].values()),
+                                           atol=1e-5)
+    tf.saved_model.save(tf.Module(), str(tmp_path / "plain_saved_model"))
+    capsys.readouterr()  # the progress lines so far
+    output = ["--input", str(root / "finetuning_data/reviews/dev.csv"), "--output", str(tmp_path / "never.jsonl")]
+    for model_dir, task, message in (
+            (tmp_path / "reviews", "phrases", f"--task phrases: {tmp_path / 'reviews'} is a SavedModel of task reviews "
+                                              f"(a classification task) only"),
+            (tmp_path / "plain_saved_model", None, "is a SavedModel without a fine-tuned task"),
+            (tmp_path, None, f"{tmp_path} holds no fine-tuned model")):
+        task_args = ["--task", task] if task else []
+        assert predict.main(["--model-dir", str(model_dir), *task_args, *output]) == 2
+        error = capsys.readouterr().err.strip()
+        assert message in error and error.count("\n") == 0, error
+    assert not (tmp_path / "never.jsonl").exists()

@@ -19,6 +19,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
 from finetune.saved_model import export_finetuned
+from test_token_offsets import assert_embed_offsets
 
 MAX_SEQ_LENGTH = 32  # short, so the longer GLUE sentences are cut
 # The tiny random discriminator's logits are below 0.6 in size; bfloat16 keeps 8 significant bits, so
@@ -108,6 +109,8 @@ def test_fresh_process_gives_the_keras_models_outputs(exported, served, vocab_fi
     np.testing.assert_allclose(served["embed_mean"], (sequence * real).sum(1) / real.sum(1), atol=2e-5, rtol=0)
     np.testing.assert_allclose(served["embed_cls"], sequence[:, 0], atol=2e-5, rtol=0)
     np.testing.assert_allclose(served["embed_tokens"], sequence * real, atol=2e-5, rtol=0)
+    assert_embed_offsets(tokenizer, {0: texts}, {key: served[f"embed_{key}"] for key in (
+        "input_ids", "input_mask", "segment_ids", "token_start", "token_end")})  # each token's characters
 
 
 def test_the_projection_is_stored_once(exported):

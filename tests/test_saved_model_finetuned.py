@@ -23,6 +23,7 @@ from finetune.servers import encode_pair
 from finetune.tasks import get_task
 from checkpoint_helpers import SERVED_PRECISION, assert_computes_in
 from test_finetuning import BASE, data_dir, finetuning_config  # noqa: F401 (data_dir is a fixture)
+from test_token_offsets import assert_embed_offsets
 
 TASKS = ["mrpc", "cola", "sts"]
 MAX_SEQ_LENGTH = 32  # short, so many MRPC dev pairs are truncated
@@ -114,6 +115,12 @@ def test_fresh_process_gives_the_keras_models_probabilities(finetuned, shared_da
         assert served["probabilities"][:, 1].std() > 1e-3, served["probabilities"]  # not a constant
 
     # an export stores each weight once: its encoder and the served task's head (Q/K/V as one copy)
+    pairs = json.loads((tmp_path / "mrpc.json").read_text(encoding="utf-8"))  # truncated: kept prefixes
+    embedded = tf.saved_model.load(str(tmp_path / "mrpc")).signatures["embed"](
+        **{key: tf.constant(values) for key, values in pairs.items()})
+    assert_embed_offsets(tokenizer, {0: pairs["text_a"], 1: pairs["text_b"]},
+                         {key: value.numpy() for key, value in embedded.items()})  # each token's characters
+
     saved = tf.train.list_variables(str(tmp_path / "mrpc" / "variables" / "variables"))
     head = model.heads[TASKS.index("mrpc")]
     assert sum(np.prod(shape) for key, shape in saved if key.endswith("VARIABLE_VALUE") and shape) == \

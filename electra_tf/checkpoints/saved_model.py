@@ -4,8 +4,8 @@ Signature `serving_default(text: tf.string [B])` returns
     input_ids             int32 [B, L]   [CLS] tokens [SEP], zero-padded to the batch's longest
     input_mask            int32 [B, L]   1 on tokens, 0 on padding
     replaced_probability  float32 [B, L] sigmoid of the replaced-token logit; 0 on padding
-and `embed(text)` the encoder's vectors (`embedding_outputs`; every fine-tuned model's SavedModel
-has it too), with L ≤ max_seq_length (longer texts are cut to max_seq_length - 2 tokens, as the original's
+and `embed(text)` the encoder's vectors with each token's characters in the text
+(`embedding_outputs`; every fine-tuned model's SavedModel has it too), with L ≤ max_seq_length (longer texts are cut to max_seq_length - 2 tokens, as the original's
 fine-tuning featurizer). Loading it needs `import tensorflow_text` first (its WordPiece op).
 
 `precision` "mixed_bfloat16" builds the served layers under tf_keras's mixed_bfloat16 policy: the
@@ -22,6 +22,7 @@ from electra_tf.config import UNSCALED_PRECISIONS, has_rtd_loss
 from electra_tf.errors import InputError
 from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
 from electra_tf.modeling.layer_utils import build_in_scope
+from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
 from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, checkpoint_at, read_model_dir, staged_output
@@ -44,13 +45,27 @@ def precision_record(precision: str) -> tf.Variable:
 
 def encode(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
     """text tf.string [B] → (input_ids, input_mask) int32 [B, L]: [CLS] t1 .. tn [SEP], padded."""
-    tokens = tokenizer.tokenize(text)[:, : max_seq_length - 2]  # [B, (T)]
-    batch = tf.shape(text)[0]
-    cls = tf.fill([batch, 1], tf.constant(tokenizer.cls_id, tf.int32))
-    sep = tf.fill([batch, 1], tf.constant(tokenizer.sep_id, tf.int32))
-    ids = tf.concat([cls, tokens, sep], axis=1)  # [B, (T + 2)]
-    mask = tf.ones_like(ids)
-    return ids.to_tensor(tokenizer.pad_id), mask.to_tensor(0)
+    tokens = tokenizer.tokenize(text)  # [B, (T)]
+    return (framed(tokens, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
+            framed(tf.ones_like(tokens), max_seq_length, 1, 1, 0))
+
+
+def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Tensor:
+    """tokens [B, (T)] (ids, or character offsets) -> [B, L]: cls t1 .. tn sep, cut to
+    max_seq_length, padded with `pad` (`encode`'s layout)."""
+    tokens = tokens[:, : max_seq_length - 2]
+    batch = tokens.nrows()
+    edge = lambda value: tf.fill(tf.stack([batch, 1]), tf.constant(value, tokens.dtype))  # noqa: E731
+    return tf.concat([edge(cls), tokens, edge(sep)], axis=1).to_tensor(pad)
+
+
+def encode_with_offsets(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
+    """`encode`'s (input_ids, input_mask) and each token's [start, end) characters in its text
+    (token_start, token_end int32 [B, L]; -1 on [CLS], [SEP] and padding)."""
+    ids, start, end = tokenize_with_offsets(tokenizer, text)  # [B, (T)]: tokenize's ids
+    input_ids = framed(ids, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+    input_mask = framed(tf.ones_like(ids), max_seq_length, 1, 1, 0)
+    return input_ids, input_mask, framed(start, max_seq_length, -1, -1, -1), framed(end, max_seq_length, -1, -1, -1)
 
 
 def pooled(sequence, input_mask) -> dict:
@@ -59,12 +74,15 @@ def pooled(sequence, input_mask) -> dict:
     return {"cls": sequence[:, 0], "mean": tf.reduce_sum(sequence * mask, 1) / tf.reduce_sum(mask, 1)}
 
 
-def embedding_outputs(encoder, input_ids, input_mask, segment_ids) -> dict:
+def embedding_outputs(encoder, input_ids, input_mask, segment_ids, token_start, token_end) -> dict:
     """The `embed` signature's outputs: `cls` and `mean` float32 [B, H], `tokens` float32 [B, L, H]
-    (each token's vector, 0 on padding), with the `input_ids` and `input_mask` they belong to."""
+    (each token's vector, 0 on padding), with the `input_ids`, `input_mask` and `segment_ids` they
+    belong to and each token's [start, end) characters in its text, `token_start` and `token_end`
+    int32 [B, L] (-1 on [CLS], [SEP] and padding; a pair's segment 1 indexes its second text)."""
     sequence = tf.cast(encoder(input_ids, input_mask, segment_ids, training=False), tf.float32)  # [B, L, H]
     tokens = sequence * tf.cast(input_mask, tf.float32)[:, :, tf.newaxis]
-    return {**pooled(sequence, input_mask), "tokens": tokens, "input_ids": input_ids, "input_mask": input_mask}
+    return {**pooled(sequence, input_mask), "tokens": tokens, "input_ids": input_ids, "input_mask": input_mask,
+            "segment_ids": segment_ids, "token_start": token_start, "token_end": token_end}
 
 
 class DiscriminatorServer(tf.Module):
@@ -87,8 +105,8 @@ class DiscriminatorServer(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def embed(self, text):
-        input_ids, input_mask = encode(self.tokenizer, text, self.max_seq_length)  # [B, L]
-        return embedding_outputs(self.encoder, input_ids, input_mask, tf.zeros_like(input_ids))
+        input_ids, input_mask, start, end = encode_with_offsets(self.tokenizer, text, self.max_seq_length)  # [B, L]
+        return embedding_outputs(self.encoder, input_ids, input_mask, tf.zeros_like(input_ids), start, end)
 
 
 def build_server(config, values, vocab_file, precision: str = "float32") -> tuple:
