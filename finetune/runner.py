@@ -340,9 +340,9 @@ def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: tf.distr
             candidate = main_score(scores) if scores else -number
             if config.write_test_outputs and number <= config.n_writes_test and candidate > best_test:
                 best_test = candidate
-                files = trial.write_test_files()
-                extra["test_predictions"] = {"trial": number, "files": files}
-                trial.log(f"wrote {len(files)} test file(s): {', '.join(files)}")
+                written = trial.write_test_files()
+                extra["test_predictions"] = {"trial": number, "files": written}
+                trial.log(f"wrote {len(written)} test file(s): {', '.join(written)}")
             if config.do_train and not config.keep_all_models and files.chief:
                 shutil.rmtree(trial.model_dir, ignore_errors=True)
             document = write_results(files.results_dir(config.results_dir), config.tasks_key, trials, extra)
