@@ -54,7 +54,11 @@ class Predictor:
         self.encoder, self.head = model.encoder, model.head_of(self.task.name)
         self.embeddings = embeddings
         self.spec = batch_spec([self.task])
-        self.step = self._int8_step() if int8 else tf.function(self._step, input_signature=[self.spec])
+        if int8:
+            self.step = self._int8_step()
+        else:
+            self.encoder.freeze_qkv()  # Q/K/V as one matmul, as the SavedModels serve it
+            self.step = tf.function(self._step, input_signature=[self.spec])
 
     def _int8_step(self):
         """The step through LiteRT with int8 weights (`finetune.litert`): the encoder and head converted
@@ -74,8 +78,8 @@ class Predictor:
 
     def _step(self, batch):
         cls_only = self.task.reads_cls_only and not self.embeddings  # the last block computes [CLS] alone
-        sequence = self.encoder(batch["input_ids"], batch["input_mask"], batch["segment_ids"], training=False,
-                                cls_only=cls_only)  # [B, L, H], or [B, H]
+        sequence = self.encoder.infer(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                                      cls_only=cls_only)  # [B, L, H] (padding skipped), or [B, H]
         if cls_only:
             sequence = sequence[:, tf.newaxis]
         fetched = self.task.predict_outputs(self.head, self.head(sequence, batch, training=False))

@@ -110,7 +110,7 @@ class QAServer(tf.Module):
 
     def _serve(self, question, context):
         w = self._windows(question, context)
-        sequence = self.encoder(w["input_ids"], w["input_mask"], w["segment_ids"], training=False)  # [N, L, H]
+        sequence = self.encoder.infer(w["input_ids"], w["input_mask"], w["segment_ids"])  # [N, L, H], padding skipped
         beams = self.head(sequence, {"input_mask": w["input_mask"], "segment_ids": w["segment_ids"]}, training=False)
         start_index = tf.cast(beams["start_top_index"], tf.int64)  # [N, k]
         end_index = tf.cast(beams["end_top_index"], tf.int64)  # [N, k, k]

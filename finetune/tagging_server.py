@@ -107,8 +107,8 @@ class TaggerServer(tf.Module):
     def _serve(self, text):
         features, kept, (word_start, word_end) = tagging_inputs(self.tokenizer, text, self.max_seq_length,
                                                                 self.lowercase)
-        sequence = self.encoder(features["input_ids"], features["input_mask"], features["segment_ids"],
-                                training=False)  # [B, L, H]
+        sequence = self.encoder.infer(features["input_ids"], features["input_mask"],
+                                      features["segment_ids"])  # [B, L, H], padding skipped
         logits = self.head(sequence, features, training=False)  # [B, Wk, tags]
         tagged = tf.gather(self.tag_names, tf.argmax(logits, -1, output_type=tf.int32))  # [B, Wk]
         lengths = tf.reduce_sum(tf.cast(kept, tf.int64), 1)  # [B]: words tagged

@@ -1,5 +1,5 @@
-"""Padding-free inference (`Encoder.call_unpadded`, what the served SavedModels run): the real tokens'
-outputs equal the padded forward pass's, with TensorFlow's ops and with the CPU kernels; the [CLS]-only
+"""Padding-free inference (`Encoder.call_unpadded` and `Encoder.infer`, what the served SavedModels and
+predict.py run): the real tokens' outputs equal the padded forward pass's, with TensorFlow's ops and with the CPU kernels; the [CLS]-only
 last block, in serving and in fine-tuning (same values and gradients); the Q/K/V kernels frozen for
 serving."""
 
@@ -55,6 +55,12 @@ def test_real_tokens_match_the_padded_forward_pass(encoder, batch, kernels):
     np.testing.assert_allclose(cls, padded[:, 0], atol=2e-5, rtol=0)
     rows = unpadded_rows(mask).numpy()
     np.testing.assert_array_equal(rows, np.flatnonzero(mask.reshape(-1)))
+    # `infer`, what predict.py and the token-level servers run: the padded layout back, 0 on padding
+    with contextlib.nullcontext() if kernels else cpu_kernels.disabled():
+        sequence = encoder.infer(ids, mask, segments).numpy()  # [B, L, H]
+        np.testing.assert_array_equal(encoder.infer(ids, mask, segments, cls_only=True).numpy(), cls)
+    np.testing.assert_array_equal(sequence[mask == 1], tokens)
+    assert not sequence[mask == 0].any()
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu_kernels", "tf_ops"])

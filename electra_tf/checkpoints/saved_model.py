@@ -79,9 +79,8 @@ def embedding_outputs(encoder, input_ids, input_mask, segment_ids, token_start, 
     (each token's vector, 0 on padding), with the `input_ids`, `input_mask` and `segment_ids` they
     belong to and each token's [start, end) characters in its text, `token_start` and `token_end`
     int32 [B, L] (-1 on [CLS], [SEP] and padding; a pair's segment 1 indexes its second text)."""
-    sequence = tf.cast(encoder(input_ids, input_mask, segment_ids, training=False), tf.float32)  # [B, L, H]
-    tokens = sequence * tf.cast(input_mask, tf.float32)[:, :, tf.newaxis]
-    return {**pooled(sequence, input_mask), "tokens": tokens, "input_ids": input_ids, "input_mask": input_mask,
+    sequence = tf.cast(encoder.infer(input_ids, input_mask, segment_ids), tf.float32)  # [B, L, H], 0 on padding
+    return {**pooled(sequence, input_mask), "tokens": sequence, "input_ids": input_ids, "input_mask": input_mask,
             "segment_ids": segment_ids, "token_start": token_start, "token_end": token_end}
 
 

@@ -263,6 +263,17 @@ class Encoder(tf_keras.layers.Layer):
             x = block(x, mask_bias, training=False, token_rows=token_rows, output_rows=first_rows if last else None)
         return x
 
+    def infer(self, input_ids, input_mask, segment_ids=None, cls_only: bool = False) -> tf.Tensor:
+        """`call`'s inference output, computed on the real tokens only (`call_unpadded`): the sequence
+        output [B, L, H] with zeros at padding, or with `cls_only` the first token's [B, H]."""
+        if cls_only:
+            return self.call_unpadded(input_ids, input_mask, segment_ids, cls_only=True)  # [B, H]
+        tokens = self.call_unpadded(input_ids, input_mask, segment_ids)  # [N, H]
+        shape = tf.shape(input_ids)
+        rows = unpadded_rows(input_mask)[:, tf.newaxis]  # [N, 1]
+        sequence = tf.scatter_nd(rows, tokens, [shape[0] * shape[1], self.config.hidden_size])  # [B*L, H]
+        return tf.reshape(sequence, [shape[0], shape[1], self.config.hidden_size])
+
     def freeze_qkv(self):
         """Each block's Q/K/V kernels concatenated once (`SelfAttention.freeze_qkv`), for serving."""
         for block in self.blocks:
