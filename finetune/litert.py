@@ -12,7 +12,7 @@ tests/test_litert.py and docs/finetuning.md.
                      the encoder's padded path computing `[CLS]` alone in the last block, the task's
                      head and a softmax; float32, or with `int8` dynamic-range quantized
     tokenizer/       a SavedModel whose `encode` signature featurizes raw text as the served
-                     SavedModel does (`SentenceServer._inputs`: text_a, and text_b for a pair task)
+                     SavedModel does (`SentenceServer.inputs`: text_a, and text_b for a pair task)
     litert.json      the task's name, its label names and whether the weights are int8
 and `LiteServer(output_dir)` serves it: raw texts in, {"probabilities" [B, C], "label" [B]} out, as
 the SavedModel's `serving_default`. Classification tasks only (the head's softmax is in the graph).
@@ -31,7 +31,7 @@ from electra_tf.checkpoints.model_dir import check_output, staged_output
 from electra_tf.errors import InputError
 from electra_tf.modeling.layer_utils import converter_gelu
 from finetune.saved_model import build_server
-from finetune.servers import ClassifierServer
+from finetune.servers import SentenceServer
 
 MODEL_FILE, TOKENIZER_DIR, CARD_FILE = "model.tflite", "tokenizer", "litert.json"
 FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -40,13 +40,11 @@ FEATURES = ("input_ids", "input_mask", "segment_ids")
 class TextEncoder(tf.Module):
     """The served model's featurization alone: raw text -> (input_ids, input_mask, segment_ids) [B, L]."""
 
-    def __init__(self, server: ClassifierServer):
+    def __init__(self, server: SentenceServer):
         super().__init__(name="litert_tokenizer")
         self.tokenizer = server.tokenizer
-        texts = [tf.TensorSpec([None], tf.string, name="text_a")]
-        if server.task.has_pair:
-            texts.append(tf.TensorSpec([None], tf.string, name="text_b"))
-        self.encode = tf.function(lambda *text: dict(zip(FEATURES, server._inputs(*text))), input_signature=texts)
+        self.encode = tf.function(lambda *text: dict(zip(FEATURES, server.inputs(*text))),
+                                  input_signature=server.text_signature)
 
 
 def convert(encoder, head, int8: bool, outputs=lambda output: {"output": output}) -> bytes:
@@ -79,12 +77,8 @@ def export(model_dir, output_dir, int8: bool = False, task=None, overwrite: bool
     """Writes a trial's fine-tuned classifier (for `task`) as a LiteRT model dir; returns its card."""
     check_output(output_dir, overwrite)
     server = build_server(model_dir, task)
-    if not isinstance(server, ClassifierServer):
-        raise InputError(f"{model_dir}: task {server.task.name} is not a classification task; a LiteRT export "
-                         f"serves classifiers only (use convert_checkpoint.py saved-model)")
+    flatbuffer = convert(server.encoder, server.head, int8, server.task.lite_outputs())  # probabilities [B, C]
     card = {"task": server.task.name, "labels": [str(label) for label in server.task.labels], "int8": int8}
-    flatbuffer = convert(server.encoder, server.head, int8,
-                         lambda logits: {"probabilities": tf.nn.softmax(logits, axis=-1)})  # [B, C]
     with staged_output(output_dir, overwrite) as staging:
         (Path(staging) / MODEL_FILE).write_bytes(flatbuffer)
         text_encoder = TextEncoder(server)

@@ -15,7 +15,7 @@ A split's predictions travel in two forms: `columns`, what `Trial.predict` gathe
 import abc
 import dataclasses
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -118,6 +118,11 @@ class Task(abc.ABC):
     def prediction_rows(self, config, fetched: Dict[str, list], examples: list, features: Features) -> List[dict]:
         """One JSON object per example from the fetched values ({key: [array per feature]})."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")
+
+    def lite_outputs(self) -> Callable[[tf.Tensor], Dict[str, tf.Tensor]]:
+        """The function giving a LiteRT export's outputs (`finetune.litert`) of the head's output on `[CLS]`."""
+        raise InputError(f"task {self.name} is not a classification task (it is a {self.type_name} task); a LiteRT "
+                         f"export serves classifiers only (use convert_checkpoint.py saved-model)")
 
     def server(self, tokenizer, model, config, precision: str) -> tf.Module:
         """A tf.Module whose `serve` and `embed` functions take raw strings (finetune.saved_model),
