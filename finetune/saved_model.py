@@ -115,13 +115,11 @@ def _load_saved_model(model_dir: Path, task: Optional[str], precision: str):
         raise InputError(f"{model_dir} is a SavedModel without a fine-tuned task ({EXTRA}/{SERVED_TASK}): the "
                          f"discriminator's, or exported before predict read SavedModels; give the trial's model dir, "
                          f"or export it again with convert_checkpoint.py saved-model")
-    config = read_run_config(model_dir / EXTRA)
-    served = served_file.read_text(encoding="utf-8").strip()
-    served_task = get_task(served, config.tasks, config.raw_data_dir, read_cards(model_dir / EXTRA).get(served))
+    config, served_task = read_served(model_dir / EXTRA)
+    served = served_task.name
     if task is not None and task != served and not _names(task, served, config):
         raise InputError(f"--task {task}: {model_dir} is a SavedModel of task {served} (a {served_task.type_name} "
                          f"task) only; export the trial's dir with --task {task} to predict {task}")
-    check_vocab(model_dir / EXTRA / VOCAB_FILE, config.vocab_size)
     with precision_scope(precision):
         model = FinetuningModel(config.encoder_config(), [served_task], config)
     model(complete({"input_ids": np.ones([1, 3], np.int32), "input_mask": np.ones([1, 3], np.int32),
@@ -135,6 +133,24 @@ def _load_saved_model(model_dir: Path, task: Optional[str], precision: str):
         raise InputError(f"SavedModel {model_dir} does not match its {EXTRA}/{RUN_CONFIG}: "
                          f"{str(error).splitlines()[0]}") from None
     return model, config, served_task
+
+
+def copy_model_files(model_dir, directory: Path, served: str) -> None:
+    """Writes into `directory` what featurizing needs beside the weights: the trial's run config,
+    task cards and vocab, and the name of the served task (`read_served` reads them back)."""
+    directory.mkdir(exist_ok=True)
+    for name in (RUN_CONFIG, TASK_CARDS, VOCAB_FILE):
+        if (Path(model_dir) / name).is_file():
+            shutil.copyfile(Path(model_dir) / name, directory / name)
+    (directory / SERVED_TASK).write_text(served + "\n", encoding="utf-8")
+
+
+def read_served(directory: Path):
+    """(the run's FinetuningConfig, the served Task) from the files `copy_model_files` wrote."""
+    config = read_run_config(directory)
+    served = (directory / SERVED_TASK).read_text(encoding="utf-8").strip()
+    check_vocab(directory / VOCAB_FILE, config.vocab_size)
+    return config, get_task(served, config.tasks, config.raw_data_dir, read_cards(directory).get(served))
 
 
 def _names(task: str, served: str, config: FinetuningConfig) -> bool:
@@ -163,10 +179,5 @@ def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrit
     server = build_server(model_dir, task, precision)
     with staged_output(output_dir, overwrite) as staging:
         tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
-        extra = staging / EXTRA
-        extra.mkdir()
-        for name in (RUN_CONFIG, TASK_CARDS, VOCAB_FILE):
-            if (Path(model_dir) / name).is_file():
-                shutil.copyfile(Path(model_dir) / name, extra / name)
-        (extra / SERVED_TASK).write_text(server.task.name + "\n", encoding="utf-8")
+        copy_model_files(model_dir, staging / EXTRA, server.task.name)
     return server
