@@ -9,8 +9,9 @@ tests/test_litert.py and docs/finetuning.md.
 
 `export(model_dir, output_dir, int8)` writes, from a trial's model dir,
     model.tflite     input_ids, input_mask, segment_ids int32 [B, L] -> probabilities float32 [B, C]:
-                     the encoder's padded path computing `[CLS]` alone in the last block, the task's
-                     head and a softmax; float32, or with `int8` dynamic-range quantized
+                     the encoder on the real tokens alone (`Encoder.call_unpadded`, as the served
+                     SavedModel), computing `[CLS]` alone in the last block, the task's head and a softmax; float32, or with `int8`
+                     dynamic-range quantized
     litert.json      the task's name, its label names and whether the weights are int8
     the run's finetuning_config.json, task_cards.json, vocab.txt and served_task, as a SavedModel's
                      assets.extra/ (`finetune.saved_model.copy_model_files`)
@@ -46,7 +47,7 @@ def convert(encoder, head, int8: bool, outputs=lambda output: {"output": output}
     specs = [tf.TensorSpec([None, None], tf.int32, name=name) for name in FEATURES]
 
     def served(input_ids, input_mask, segment_ids):
-        cls = encoder(input_ids, input_mask, segment_ids, training=False, cls_only=True)  # [B, H]
+        cls = encoder.call_unpadded(input_ids, input_mask, segment_ids, cls_only=True)  # [B, H], padding skipped
         return outputs(head(cls[:, tf.newaxis], training=False))
 
     with cpu_kernels.disabled(), converter_gelu():  # TensorFlow's own ops, which the converter knows
