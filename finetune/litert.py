@@ -10,8 +10,8 @@ tests/test_litert.py and docs/finetuning.md.
 `export(model_dir, output_dir, int8)` writes, from a trial's model dir,
     model.tflite     input_ids, input_mask, segment_ids int32 [B, L] -> probabilities float32 [B, C]:
                      the encoder on the real tokens alone (`Encoder.call_unpadded`, as the served
-                     SavedModel), computing `[CLS]` alone in the last block, the task's head and a softmax; float32, or with `int8`
-                     dynamic-range quantized
+                     SavedModel), computing `[CLS]` alone in the last block, the task's head and
+                     a softmax; float32, or with `int8` dynamic-range quantized
     litert.json      the task's name, its label names and whether the weights are int8
     the run's finetuning_config.json, task_cards.json, vocab.txt and served_task, as a SavedModel's
                      assets.extra/ (`finetune.saved_model.copy_model_files`)
