@@ -21,7 +21,7 @@ import argparse
 import signal
 import sys
 
-from electra_tf.cli import exit_code, quiet_tensorflow_logs, script_parser
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, script_parser, use_tf_keras_only
 from finetune.predict_inputs import FORMATS
 
 
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    use_tf_keras_only()
     quiet_tensorflow_logs()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: no partial output is left
     from finetune.predicting import predict

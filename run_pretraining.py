@@ -10,7 +10,7 @@ command resumes from the latest checkpoint. Every hparam: docs/pretraining.md.
 import argparse
 import sys
 
-from electra_tf.cli import exit_code, quiet_tensorflow_logs, run_parser, use_pooled_cpu_allocator
+from electra_tf.cli import exit_code, quiet_tensorflow_logs, run_parser, use_pooled_cpu_allocator, use_tf_keras_only
 
 EXAMPLE = """python run_pretraining.py --data-dir data --model-name my_small --hparams '{"model_size": "small"}'"""
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    use_tf_keras_only()
     quiet_tensorflow_logs()
     use_pooled_cpu_allocator()
     from electra_tf.config import PretrainingConfig

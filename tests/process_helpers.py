@@ -122,20 +122,28 @@ import tensorflow as tf
 import tensorflow_text  # its ops, which the graph uses
 assert not any(name.split(".")[0] in ("electra_tf", "finetune") for name in sys.modules)
 job = json.load(open(sys.argv[1], encoding="utf-8"))
-signature = tf.saved_model.load(job["model"]).signatures[job["signature"]]
-out = signature(**{name: tf.constant(values) for name, values in job["inputs"].items()})
-np.savez(job["output"], **{name: value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
-                           for name, value in out.items()})
+loaded = tf.saved_model.load(job["model"])
+for signature, inputs, output in job["calls"]:
+    out = loaded.signatures[signature](**{name: tf.constant(values) for name, values in inputs.items()})
+    np.savez(output, **{name: value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
+                        for name, value in out.items()})
 """
+
+
+def serve_signatures_in_fresh_process(saved_model, calls: dict, work_dir: Path) -> dict:
+    """{signature: its outputs ({name: array})} of a SavedModel's signatures, each on its inputs
+    (`calls`: {signature: {name: list}}), computed in one new process that imports TensorFlow and
+    tensorflow-text only (not this project) and loads the SavedModel once."""
+    job = work_dir / "fresh_job.json"
+    outputs = {signature: work_dir / f"fresh_{signature}.npz" for signature in calls}
+    job.write_text(json.dumps({"model": str(saved_model), "calls": [
+        [signature, inputs, str(outputs[signature])] for signature, inputs in calls.items()]}), encoding="utf-8")
+    subprocess.run([sys.executable, "-c", FRESH_SERVE, str(job)], check=True, capture_output=True, cwd=work_dir,
+                   env={**os.environ, "PYTHONPATH": ""})
+    return {signature: dict(np.load(output)) for signature, output in outputs.items()}
 
 
 def serve_in_fresh_process(saved_model, inputs: dict, work_dir: Path, signature: str = "serving_default") -> dict:
     """The outputs ({name: array}) of a SavedModel's `signature` on `inputs` ({name: list}), computed
     in a new process that imports TensorFlow and tensorflow-text only (not this project)."""
-    job = work_dir / f"fresh_{signature}.json"
-    output = work_dir / f"fresh_{signature}.npz"
-    job.write_text(json.dumps({"model": str(saved_model), "signature": signature, "inputs": inputs,
-                               "output": str(output)}), encoding="utf-8")
-    subprocess.run([sys.executable, "-c", FRESH_SERVE, str(job)], check=True, capture_output=True, cwd=work_dir,
-                   env={**os.environ, "PYTHONPATH": ""})
-    return dict(np.load(output))
+    return serve_signatures_in_fresh_process(saved_model, {signature: inputs}, work_dir)[signature]

@@ -23,6 +23,8 @@ SCRIPT = """
 import io, json, sys
 from pathlib import Path
 import numpy as np
+from electra_tf.cli import use_tf_keras_only
+use_tf_keras_only()  # as run_finetuning.py, before TensorFlow's import
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

@@ -1,6 +1,7 @@
 """predict.py: the predictions of a fine-tuned model on new input agree with the run's own dev
 predictions (labels, tags) and with its SavedModel (probabilities within 1e-5); embeddings are the
-encoder's; bad input gets one error and leaves no output."""
+encoder's; bad input gets one error and leaves no output. SQuAD: test_saved_model_squad.py, on the
+model it fine-tunes."""
 
 import csv
 import errno
@@ -71,6 +72,18 @@ def trained(tmp_path_factory, shared_data, vocab_file):
     return root, out
 
 
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """{task: the SavedModel convert_checkpoint.py exports from its trial dir} for reviews and
+    phrases, exported once for the tests that serve them."""
+    root, models = trained
+    out = tmp_path_factory.mktemp("exported")
+    for name in ("reviews", "phrases"):
+        assert convert_checkpoint.main(["saved-model", "--model-dir", str(models[name][1]), "--output-dir",
+                                        str(out / name)]) == 0
+    return {name: out / name for name in ("reviews", "phrases")}
+
+
 def dev_predictions(config, trial_dir):
     """The run's own predictions on its dev split, from the fine-tuned model (no training)."""
     config = FinetuningConfig.from_hparams("tiny", config.data_dir, {**BASE, "task_names": config.task_names,
@@ -88,7 +101,7 @@ def predicted(args) -> list:
     return [json.loads(line) for line in open(output, encoding="utf-8")]
 
 
-def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_path):
+def test_classification_agrees_with_the_run_and_the_saved_model(trained, exported, tmp_path):
     root, models = trained
     config, trial_dir = models["reviews"]
     labels, split = dev_predictions(config, trial_dir)
@@ -96,13 +109,11 @@ def test_classification_agrees_with_the_run_and_the_saved_model(trained, tmp_pat
                       "--output", str(tmp_path / "out.jsonl")])
     assert [row["id"] for row in rows] == [f"dev-{i}" for i in range(ROWS)]  # input order, with the ids
     assert [row["label"] for row in rows] == [("0", "1")[int(label)] for label in labels]
-    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
-                                    str(tmp_path / "served")]) == 0
-    served = tf.saved_model.load(str(tmp_path / "served")).signatures["serving_default"]
+    served = tf.saved_model.load(str(exported["reviews"])).signatures["serving_default"]
     probabilities = served(text_a=tf.constant([e.text_a for e in split.examples]))["probabilities"].numpy()
     np.testing.assert_allclose([[row["probabilities"][name] for name in ("0", "1")] for row in rows], probabilities,
                                atol=1e-5)
-    embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](
+    embedded = tf.saved_model.load(str(exported["reviews"])).signatures["embed"](
         text_a=tf.constant([e.text_a for e in split.examples[:4]]))
     assert_embed_offsets(Tokenizer(root / "vocab.txt"), {0: [e.text_a for e in split.examples[:4]]},
                          {key: value.numpy() for key, value in embedded.items()})  # each token's characters
@@ -135,7 +146,7 @@ def test_a_glue_preset_reads_its_dev_and_test_layouts(trained, tmp_path, shared_
     assert [row["probabilities"] for row in test] == [row["probabilities"] for row in plain]
 
 
-def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
+def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, exported, tmp_path):
     root, models = trained
     config, trial_dir = models["phrases"]
     tag_ids, split = dev_predictions(config, trial_dir)
@@ -158,14 +169,12 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, tmp_path):
     (tmp_path / "lines.txt").write_text("\n".join(sentences) + "\n")
     rows = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "lines.txt"), "--input-format", "text",
                       "--output", str(tmp_path / "lines.jsonl")])
-    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
-                                    str(tmp_path / "served")]) == 0
     (tmp_path / "sentences.json").write_text(json.dumps(sentences))
-    subprocess.run([sys.executable, "-c", FRESH_TAGGER, str(tmp_path / "served"), str(tmp_path / "sentences.json"),
+    subprocess.run([sys.executable, "-c", FRESH_TAGGER, str(exported["phrases"]), str(tmp_path / "sentences.json"),
                     str(tmp_path / "served.npz")], check=True, capture_output=True, cwd=tmp_path,
                    env={**os.environ, "PYTHONPATH": ""})
     served = dict(np.load(tmp_path / "served.npz"))  # a process with TensorFlow and tensorflow_text only
-    embedded = tf.saved_model.load(str(tmp_path / "served")).signatures["embed"](text=tf.constant(sentences))
+    embedded = tf.saved_model.load(str(exported["phrases"])).signatures["embed"](text=tf.constant(sentences))
     assert_embed_offsets(Tokenizer(root / "vocab.txt"), {1: sentences},  # tagging inputs are segment 1
                          {key: value.numpy() for key, value in embedded.items()})
     for i, row in enumerate(rows):  # the SavedModel tags and finds the entities as predict does
@@ -237,47 +246,7 @@ def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys,
         Predictor(tmp_path / "pretrained")
 
 
-def test_squad_v2_answers_equal_the_runs_own(tmp_path, shared_data, vocab_file):
-    """SQuAD 2.0: predict.py's answers and null odds on the dev questions (JSONL: id, question,
-    context) equal those the run wrote for them; each answer is the context at its span."""
-    data = tmp_path / "finetuning_data" / "squad"
-    data.mkdir(parents=True)
-    (data / "train.json").symlink_to(shared_data / "squad" / "train-v2.0-subset-10articles.json")
-    (data / "dev.json").symlink_to(shared_data / "squad" / "dev-v2.0.json")
-    (tmp_path / "vocab.txt").symlink_to(vocab_file)
-    config = FinetuningConfig.from_hparams("tiny", str(tmp_path), {**BASE, "task_names": ["squad"], "max_examples": 24,
-                                                                   "max_seq_length": 96, "doc_stride": 48,
-                                                                   "max_query_length": 24})
-    run(config, io.StringIO())
-    written = tmp_path / "models" / "tiny" / "results" / "squad_qa"
-    answers = json.loads((written / "squad_preds.json").read_text())
-    null_odds = json.loads((written / "squad_null_odds.json").read_text())
-    questions = []
-    for article in json.loads((shared_data / "squad" / "dev-v2.0.json").read_text())["data"]:
-        for paragraph in article["paragraphs"]:
-            questions += [{"id": qa["id"], "question": qa["question"], "context": paragraph["context"]}
-                          for qa in paragraph["qas"]]
-    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions[:24]))
-    rows = predicted(["--model-dir", str(tmp_path / "models/tiny/finetuning_models/squad_model_1"),
-                      "--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "out.jsonl")])
-    assert [row["id"] for row in rows] == [q["id"] for q in questions[:24]] == list(answers)
-    for row, question in zip(rows, questions):
-        assert row["answer"] == answers[row["id"]]
-        assert row["null_odds"] == pytest.approx(null_odds[row["id"]], abs=1e-4)
-        assert row["abstains"] == (row["null_odds"] > config.qa_na_threshold)
-        assert row["answer"] == "empty" or question["context"][row["start"]:row["end"]] == row["answer"]
-    [row] = predicted(["--model-dir", str(tmp_path / "models/tiny/finetuning_models/squad_model_1"), "--embeddings",
-                       "--input", str(tmp_path / "questions.jsonl"), "--output", str(tmp_path / "embedded.jsonl")])[:1]
-    tokens = row["embedding"]["tokens"]  # the first window: the question's tokens, then the context's
-    tokenizer = Tokenizer(tmp_path / "vocab.txt")
-    in_question = [(t["start"], t["end"]) for t in tokens if t["segment"] == 0 and t["start"] is not None]
-    in_context = [(t["start"], t["end"]) for t in tokens if t["segment"] == 1 and t["start"] is not None]
-    assert in_question == list(zip(*expected_offsets(tokenizer, questions[0]["question"])[1:]))
-    assert in_context == list(zip(*expected_offsets(tokenizer, questions[0]["context"])[1:]))[:len(in_context)]
-    assert 0 < len(in_context) < len(expected_offsets(tokenizer, questions[0]["context"])[0])  # a window of it
-
-
-def test_a_saved_model_predicts_as_its_trial_dir(trained, tmp_path, capsys):
+def test_a_saved_model_predicts_as_its_trial_dir(trained, exported, tmp_path, capsys):
     """predict.py --model-dir takes a SavedModel exported from a trial: the same labels, tags and
     entities, probabilities within 1e-5; a SavedModel of another task, or of no fine-tuned task,
     and a dir without a fine-tuned model each get one clear error."""
@@ -286,10 +255,8 @@ def test_a_saved_model_predicts_as_its_trial_dir(trained, tmp_path, capsys):
               "phrases": ["--input", str(root / "finetuning_data/chunk/dev.txt"), "--input-format", "conll"]}
     for name, args in inputs.items():
         trial_dir = models[name][1]
-        assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
-                                        str(tmp_path / name)]) == 0
         from_trial = predicted(["--model-dir", str(trial_dir), *args, "--output", str(tmp_path / f"{name}.jsonl")])
-        from_saved = predicted(["--model-dir", str(tmp_path / name), *args, "--output",
+        from_saved = predicted(["--model-dir", str(exported[name]), *args, "--output",
                                 str(tmp_path / f"{name}_saved.jsonl")])
         assert len(from_saved) == len(from_trial) > 0
         for saved, trial in zip(from_saved, from_trial):
@@ -302,8 +269,8 @@ def test_a_saved_model_predicts_as_its_trial_dir(trained, tmp_path, capsys):
     capsys.readouterr()  # the progress lines so far
     output = ["--input", str(root / "finetuning_data/reviews/dev.csv"), "--output", str(tmp_path / "never.jsonl")]
     for model_dir, task, message in (
-            (tmp_path / "reviews", "phrases", f"--task phrases: {tmp_path / 'reviews'} is a SavedModel of task reviews "
-                                              f"(a classification task) only"),
+            (exported["reviews"], "phrases", f"--task phrases: {exported['reviews']} is a SavedModel of task reviews "
+                                             f"(a classification task) only"),
             (tmp_path / "plain_saved_model", None, "is a SavedModel without a fine-tuned task"),
             (tmp_path, None, f"{tmp_path} holds no fine-tuned model")):
         task_args = ["--task", task] if task else []

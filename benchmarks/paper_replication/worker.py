@@ -25,7 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
-from electra_tf.cli import use_pooled_cpu_allocator
+from electra_tf.cli import use_pooled_cpu_allocator, use_tf_keras_only
 from paper_replication.progress_log import Tee
 from paper_replication.store import Store
 from paper_replication.units import checkpoint_fingerprint, cpu_description, latest_checkpoint_step
@@ -371,6 +371,7 @@ def run_spec(spec: dict) -> None:
 def main() -> int:
     """Runs the spec whose path arrives on each line of stdin, answering IDLE when it is done; ends
     at the end of input. A failed unit ends the process with its traceback."""
+    use_tf_keras_only()  # as the scripts, before the imports below
     use_pooled_cpu_allocator()
     for module in UNIT_MODULES:
         importlib.import_module(module)

@@ -15,10 +15,12 @@ import sys
 
 import numpy as np
 
-import finetune.heads
-from electra_tf.cli import exit_code
-from finetune import runner
-from finetune.config import FinetuningConfig
+from electra_tf.cli import exit_code, use_tf_keras_only
+
+use_tf_keras_only()  # as run_finetuning.py, before TensorFlow's import below
+import finetune.heads  # noqa: E402
+from finetune import runner  # noqa: E402
+from finetune.config import FinetuningConfig  # noqa: E402
 
 
 def main(data_dir, hparams, start_path, out_prefix) -> int:

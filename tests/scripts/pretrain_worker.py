@@ -8,9 +8,12 @@ import sys
 
 import numpy as np
 
-from electra_tf.config import PretrainingConfig
-from electra_tf.training import pretraining_runner
-from pretrain_data.input_pipeline import pretraining_dataset_fns
+from electra_tf.cli import use_tf_keras_only
+
+use_tf_keras_only()  # as run_pretraining.py, before TensorFlow's import below
+from electra_tf.config import PretrainingConfig  # noqa: E402
+from electra_tf.training import pretraining_runner  # noqa: E402
+from pretrain_data.input_pipeline import pretraining_dataset_fns  # noqa: E402
 
 
 def main(data_dir, model_name, hparams, out_path):
