@@ -18,7 +18,8 @@ tests/test_litert.py and docs/finetuning.md.
 and `LiteServer(output_dir)` serves it: raw texts in, {"probabilities" [B, C], "label" [B]} out, as
 the SavedModel's `serving_default`. It featurizes in Python as `predict.py` does (the task's own
 featurizing, equal to the SavedModel's in-graph one): a TensorFlow signature call for the tokenizer
-alone cost about 2 ms of a 10 ms batch-1 request. Classification tasks only (the head's softmax is in the graph).
+alone cost about 2 ms of a 10 ms batch-1 request. Classification tasks only (the head's softmax is
+in the graph).
 `predict.py --int8` runs the same conversion in memory (`convert`, `interpreter`) for any task whose
 head reads `[CLS]` alone (`finetune.predicting`).
 """

@@ -1,7 +1,7 @@
-"""Padding-free inference (`Encoder.call_unpadded` and `Encoder.infer`, what the served SavedModels and
-predict.py run): the real tokens' outputs equal the padded forward pass's, with TensorFlow's ops and with the CPU kernels; the [CLS]-only
-last block, in serving and in fine-tuning (same values and gradients); the Q/K/V kernels frozen for
-serving."""
+"""Padding-free inference (`Encoder.call_unpadded` and `Encoder.infer`, what the served SavedModels
+and predict.py run): the real tokens' outputs equal the padded forward pass's, with TensorFlow's ops
+and with the CPU kernels; the [CLS]-only last block, in serving and in fine-tuning (same values and
+gradients); the Q/K/V kernels frozen for serving."""
 
 import contextlib
 import re
