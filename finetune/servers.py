@@ -66,14 +66,14 @@ class SentenceServer(tf.Module):
         self.head = model.head_of(task.name)
         self.task, self.max_seq_length = task, max_seq_length
         self.precision = precision_record(precision)
-        self.text_signature = [tf.TensorSpec([None], tf.string, name="text_a")]  # and text_b for a pair task
+        texts = [tf.TensorSpec([None], tf.string, name="text_a")]
         if task.has_pair:
-            self.text_signature.append(tf.TensorSpec([None], tf.string, name="text_b"))
-        self.serve = tf.function(lambda *text: self._outputs(*self.inputs(*text)), input_signature=self.text_signature)
+            texts.append(tf.TensorSpec([None], tf.string, name="text_b"))
+        self.serve = tf.function(lambda *text: self._outputs(*self._inputs(*text)), input_signature=texts)
         self.embed = tf.function(lambda *text: embedding_outputs(self.encoder, *self._embed_inputs(*text)),
-                                 input_signature=self.text_signature)
+                                 input_signature=texts)
 
-    def inputs(self, text_a, text_b=None):
+    def _inputs(self, text_a, text_b=None):
         """(input_ids, input_mask, segment_ids) int32 [B, L] of the raw texts, as training featurized them."""
         if text_b is not None:
             return encode_pair(self.tokenizer, text_a, text_b, self.max_seq_length)
@@ -81,7 +81,7 @@ class SentenceServer(tf.Module):
         return input_ids, input_mask, tf.zeros_like(input_ids)
 
     def _embed_inputs(self, text_a, text_b=None):
-        """`inputs` and each token's [start, end) characters in its text, int32 [B, L]."""
+        """`_inputs` and each token's [start, end) characters in its text, int32 [B, L]."""
         if text_b is not None:
             return pair_with_offsets(self.tokenizer, text_a, text_b, self.max_seq_length)
         input_ids, input_mask, start, end = encode_with_offsets(self.tokenizer, text_a, self.max_seq_length)
