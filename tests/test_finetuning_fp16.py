@@ -1,6 +1,7 @@
 """Fine-tuning with `precision: "mixed_float16"`: float16 matmuls on float32 variables (asserted on
 the traced step, as the bfloat16 test does), dynamic loss scaling that is reported (progress line
-and TensorBoard) and keeps the run finite, and a dev score within float32's spread over seeds."""
+and TensorBoard) and keeps the run finite, and a dev score that float32's seed spread cannot tell apart
+from float32's own."""
 
 import io
 import math
@@ -8,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from scipy import stats
 import tensorflow as tf
 import tf_keras
 
@@ -83,5 +85,10 @@ def test_fp16_chunk_f1_lies_within_the_float32_seed_spread(chunk_dir):
         f1[precision] = [trial["chunk"]["f1"] for trial in run(config, io.StringIO())["trials"]]
     low, high = min(f1["float32"]), max(f1["float32"])
     assert high - low > 0.5, f1  # seeds do spread (head init, dropout, batch order)
-    assert low <= float(np.median(f1["mixed_float16"])) <= high, f1
+    # "within the seed spread" as a two-sample t-test: float16's mean F1 differs from float32's by no
+    # more than their seed spread explains (p > 0.01: a faithful float16 fails 1 run in 100). The
+    # numbers differ by CPU; an earlier band, float16's median inside float32's 3-seed [min, max],
+    # fails 8 runs in 20 when the two precisions score alike (whenever the lowest two or the highest
+    # two of the 6 scores are both float16's).
+    assert stats.ttest_ind(f1["mixed_float16"], f1["float32"]).pvalue > 0.01, f1
     assert min(f1["mixed_float16"]) > 20, f1  # learned: chunk F1 from random weights before training is ~0
