@@ -116,7 +116,7 @@ class Tokenizer(tf.Module):
             no_pretokenization=True,  # input words are already split
         )
         self._tokenize_flat = tf.function(
-            self._flat_ids, input_signature=[tf.TensorSpec([None], tf.string)]
+            self._flat_ids, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
         )
 
     def basic_tokenize(self, texts) -> tf.RaggedTensor:

@@ -52,7 +52,7 @@ def convert(encoder, head, int8: bool, outputs=lambda output: {"output": output}
         return outputs(head(cls[:, tf.newaxis], training=False))
 
     with cpu_kernels.disabled(), converter_gelu():  # TensorFlow's own ops, which the converter knows
-        function = tf.function(served, input_signature=specs).get_concrete_function()
+        function = tf.function(served, input_signature=specs, autograph=False).get_concrete_function()
         holder = tf.Module()  # the converter reads the variables through it
         holder.encoder, holder.head = encoder, head
         converter = tf.lite.TFLiteConverter.from_concrete_functions([function], holder)

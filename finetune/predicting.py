@@ -58,7 +58,7 @@ class Predictor:
             self.step = self._int8_step()
         else:
             self.encoder.freeze_qkv()  # Q/K/V as one matmul, as the SavedModels serve it
-            self.step = tf.function(self._step, input_signature=[self.spec])
+            self.step = tf.function(self._step, input_signature=[self.spec], autograph=False)
 
     def _int8_step(self):
         """The step through LiteRT with int8 weights (`finetune.litert`): the encoder and head converted

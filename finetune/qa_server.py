@@ -57,8 +57,8 @@ class QAServer(tf.Module):
         self.answerable_classifier, self.threshold = config.answerable_classifier, config.qa_na_threshold
         self.precision = precision_record(precision)
         texts = [tf.TensorSpec([None], tf.string, name="question"), tf.TensorSpec([None], tf.string, name="context")]
-        self.serve = tf.function(self._serve, input_signature=texts)
-        self.embed = tf.function(self._embed, input_signature=texts)
+        self.serve = tf.function(self._serve, input_signature=texts, autograph=False)
+        self.embed = tf.function(self._embed, input_signature=texts, autograph=False)
 
     def _windows(self, question, context) -> dict:
         """Every window of every question: the model's inputs [N, L] and where each window lies."""

@@ -93,7 +93,8 @@ class Trial:
         self.checkpoint = tf.train.Checkpoint(finetuning_model=self.model)
         self.batch_spec = data.batch_spec  # every task's keys: every head reads every batch
         self.make_batch = data.train_batch
-        self.predict_step = tf.function(self._distributed_predict, input_signature=[self.batch_spec])
+        self.predict_step = tf.function(self._distributed_predict, input_signature=[self.batch_spec],
+                                        autograph=False)
 
     def initialise(self) -> None:
         """The pretrained encoder (or a fine-tuned model to evaluate), unless random_init."""
@@ -179,7 +180,7 @@ class Trial:
             losses = strategy.run(step_fn, args=(distribute_rows(strategy, batch),))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)  # the global batch's loss
 
-        return tf.function(train_step, input_signature=[self.batch_spec])
+        return tf.function(train_step, input_signature=[self.batch_spec], autograph=False)
 
     def train(self, stops: Interruption) -> Optional[Scores]:
         """Trains; returns the dev scores of the final (or, with keep_best_model or early stopping, the

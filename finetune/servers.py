@@ -69,9 +69,10 @@ class SentenceServer(tf.Module):
         texts = [tf.TensorSpec([None], tf.string, name="text_a")]
         if task.has_pair:
             texts.append(tf.TensorSpec([None], tf.string, name="text_b"))
-        self.serve = tf.function(lambda *text: self._outputs(*self._inputs(*text)), input_signature=texts)
+        self.serve = tf.function(lambda *text: self._outputs(*self._inputs(*text)), input_signature=texts,
+                                 autograph=False)
         self.embed = tf.function(lambda *text: embedding_outputs(self.encoder, *self._embed_inputs(*text)),
-                                 input_signature=texts)
+                                 input_signature=texts, autograph=False)
 
     def _inputs(self, text_a, text_b=None):
         """(input_ids, input_mask, segment_ids) int32 [B, L] of the raw texts, as training featurized them."""

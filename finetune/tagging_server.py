@@ -101,8 +101,8 @@ class TaggerServer(tf.Module):
         self.tag_names = tf.constant(list(task.tags))
         self.precision = precision_record(precision)
         text = [tf.TensorSpec([None], tf.string, name="text")]
-        self.serve = tf.function(self._serve, input_signature=text)
-        self.embed = tf.function(self._embed, input_signature=text)
+        self.serve = tf.function(self._serve, input_signature=text, autograph=False)
+        self.embed = tf.function(self._embed, input_signature=text, autograph=False)
 
     def _serve(self, text):
         features, kept, (word_start, word_end) = tagging_inputs(self.tokenizer, text, self.max_seq_length,

@@ -78,8 +78,8 @@ def make_dataset(patterns: str, max_seq_length: int, global_batch_size: int, is_
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed if deterministic else None)
     dataset = dataset.batch(batch_size, drop_remainder=is_training)
-    dataset = dataset.map(lambda records: parse_examples(records, max_seq_length),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    parse = tf.autograph.experimental.do_not_convert(lambda records: parse_examples(records, max_seq_length))
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     options = tf.data.Options()
     options.deterministic = deterministic or not is_training
     if input_context is not None:

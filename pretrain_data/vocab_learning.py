@@ -117,7 +117,8 @@ def basic_tokenizer(do_lower_case: bool, do_strip_accents: bool) -> Callable[[tf
         vocab_file = Path(tmp) / "vocab.txt"
         vocab_file.write_text("\n".join(SPECIAL_TOKENS) + "\n", encoding="utf-8")
         tokenizer = Tokenizer(vocab_file, do_lower_case=do_lower_case, strip_accents=do_strip_accents)
-    return tf.function(tokenizer.basic_tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    return tf.function(tokenizer.basic_tokenize, input_signature=[tf.TensorSpec([None], tf.string)],
+                       autograph=False)
 
 
 def count_words(lines: Iterator[str], split_words: Callable, max_lines: Optional[int] = None,

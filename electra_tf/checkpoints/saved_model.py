@@ -93,7 +93,7 @@ class DiscriminatorServer(tf.Module):
         self.max_seq_length = max_seq_length
         self.precision = precision_record(precision)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         input_ids, input_mask = encode(self.tokenizer, text, self.max_seq_length)  # [B, L]
         tokens = self.encoder.call_unpadded(input_ids, input_mask, tf.zeros_like(input_ids))  # [N, H]
@@ -102,7 +102,7 @@ class DiscriminatorServer(tf.Module):
         probability = tf.reshape(probability, tf.shape(input_ids))  # [B, L]
         return {"input_ids": input_ids, "input_mask": input_mask, "replaced_probability": probability}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def embed(self, text):
         input_ids, input_mask, start, end = encode_with_offsets(self.tokenizer, text, self.max_seq_length)  # [B, L]
         return embedding_outputs(self.encoder, input_ids, input_mask, tf.zeros_like(input_ids), start, end)

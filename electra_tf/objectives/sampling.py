@@ -40,7 +40,7 @@ def sample_tokens(logits: tf.Tensor, *, temperature: float = 1.0,
     return tf.stop_gradient(tf.argmax(perturbed, axis=-1, output_type=tf.int32))
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)
 def _gumbel_perturbed(logits, seed, disallow_ids, temperature):
     """logits / temperature (- 1000 at disallow_ids) + Gumbel(0, 1) noise, [B, N, V] float32.
 

@@ -123,7 +123,7 @@ class WorkerFiles:
         self._barrier = None
         if distribution.num_workers(strategy) > 1:  # an all-reduce of nothing, compiled once
             self._barrier = tf.function(lambda: strategy.reduce(
-                tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None))
+                tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None), autograph=False)
 
     def barrier(self) -> None:
         """Returns once every worker got here (at once with one): what one wrote, all may read."""

@@ -51,7 +51,7 @@ class Evaluator:
             self.loss.update_state(output.loss)
             self.examples.update_state(tf.cast(tf.shape(features["input_ids"])[0], tf.float32))
 
-        @tf.function
+        @tf.function(autograph=False)
         def eval_step(features, batch):
             self.strategy.run(replica_eval, args=(features, batch))
 

@@ -136,12 +136,14 @@ class _Training:
             return self.strategy.experimental_distribute_values_from_function(
                 lambda context: batches[context.replica_id_in_sync_group % local_replicas])
 
-        @tf.function
+        @tf.function(autograph=False)
         def loop(iterator, num_steps):
-            total = tf.constant(0.0)
-            for _ in tf.range(num_steps):
+            def one_step(step, total):
                 losses = self.strategy.run(replica_step, args=(next_batch(iterator),))
-                total += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+                return step + 1, total + self.strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+
+            _, total = tf.while_loop(lambda step, _: step < num_steps, one_step,
+                                     (tf.zeros_like(num_steps), tf.constant(0.0)))
             return total / tf.cast(num_steps, tf.float32)
 
         self.loops[stage] = loop

@@ -90,7 +90,7 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
         return loss, grads, output
 
     if jit_compile:
-        loss_and_gradients = tf.function(loss_and_gradients, jit_compile=True)
+        loss_and_gradients = tf.function(loss_and_gradients, jit_compile=True, autograph=False)
 
     def forward_backward(features, seed):
         loss, grads, output = loss_and_gradients(features, seed)
@@ -123,15 +123,17 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
         seed = tf.random.uniform([2], maxval=2 ** 30, dtype=tf.int32) if seed is None else seed
         micro = {name: tf.reshape(t, tf.concat([[k, -1], tf.shape(t)[1:]], 0)) for name, t in features.items()}
         used = []  # which variables get gradients: fixed when the loop body is traced
-        total = tf.constant(0.0)
-        for j in tf.range(k):
+
+        def micro_step(j, total):
             micro_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), tf.cast(j, tf.int64))
             loss, grads = forward_backward({name: t[j] for name, t in micro.items()}, micro_seed)
             used[:] = [g is not None for g in grads]
             for accumulator, grad in zip(accumulators, grads):
                 if grad is not None:
                     accumulator.assign_add(tf.convert_to_tensor(grad))
-            total += loss
+            return j + 1, total + loss
+
+        _, total = tf.while_loop(lambda j, _: j < k, micro_step, (tf.constant(0), tf.constant(0.0)))
         apply([a.read_value() / k if use else None for a, use in zip(accumulators, used)])
         for accumulator in accumulators:
             accumulator.assign(tf.zeros_like(accumulator))
