@@ -191,11 +191,13 @@ def pair_groups(variants: List[str], base: str = "ours") -> List[List[str]]:
 
 
 def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: int, label: str,
-               gemm_peak: bool = True, pause_s: float = 0.0) -> list:
+               gemm_peak: bool = True, pause_s: float = 0.0, turn: int = 1) -> list:
     """Steps each group's workers in turn for `steps` rounds, with `gemm_peak` a GEMM measurement
     after every step. `pause_s` seconds of idle (not timed) follow every step, so that one side's
     spinning OpenMP threads have parked before the other side's turn: each step then runs as on a
-    machine of its own.
+    machine of its own. With `turn` > 1 a worker takes `turn` timed steps back to back per turn,
+    after one untimed step: its own threads are then awake, and the other side's, which may still
+    spin when the turn passes (ONNX Runtime's do), no longer take the cores from its timed steps.
 
     `start(variant)` returns a Worker ("gemm" included). One entry per completed group:
     {"variants": [...], "times": {variant: [seconds per timed step]}, "gemm": [GFLOP/s],
@@ -224,12 +226,15 @@ def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: i
                     started(variant, workers)
                 entry = {"variants": group, "times": {variant: [] for variant in group}, "gemm": [],
                          "ready_s": {worker.variant: worker.ready_s for worker in workers}}
-                for _ in range(steps):
+                for _ in range(-(-steps // turn)):
                     for worker in workers:
-                        entry["times"][worker.variant].append(worker.step())
-                        time.sleep(pause_s)
-                        if gemm:
-                            entry["gemm"].append(gemm.step())
+                        if turn > 1:
+                            worker.step()
+                        for _ in range(turn):
+                            entry["times"][worker.variant].append(worker.step())
+                            time.sleep(pause_s)
+                            if gemm:
+                                entry["gemm"].append(gemm.step())
                 entry["peak_rss_gb"] = {worker.variant: worker.peak_rss_gb for worker in workers}
                 results.append(entry)
             except WorkerDied as error:
