@@ -226,11 +226,11 @@ def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: i
                     started(variant, workers)
                 entry = {"variants": group, "times": {variant: [] for variant in group}, "gemm": [],
                          "ready_s": {worker.variant: worker.ready_s for worker in workers}}
-                for _ in range(-(-steps // turn)):
+                for first in range(0, steps, turn):
                     for worker in workers:
                         if turn > 1:
                             worker.step()
-                        for _ in range(turn):
+                        for _ in range(min(turn, steps - first)):
                             entry["times"][worker.variant].append(worker.step())
                             time.sleep(pause_s)
                             if gemm:

@@ -71,6 +71,32 @@ def test_hf_classifier_of_a_trial_gives_its_logits(tmp_path, shared_data, vocab_
     np.testing.assert_allclose(theirs, ours.numpy(), atol=1e-4)
 
 
+def test_turns_time_every_step_but_the_first_of_each_turn():
+    """--turn: each side answers `turn` timed requests in a row after an untimed one, `steps` in all."""
+    calls = []
+
+    class Recording:
+        ready_s = peak_rss_gb = 0.0
+
+        def __init__(self, variant):
+            self.variant, self.answers = variant, 0
+
+        def receive(self):
+            return 0.0
+
+        def step(self):
+            self.answers += 1
+            calls.append(self.variant)
+            return float(self.answers)
+
+        def close(self):
+            pass
+
+    results = run_groups([["ours", "peer"]], Recording, steps=3, label="test", gemm_peak=False, turn=2)
+    assert calls == ["ours"] * 3 + ["peer"] * 3 + ["ours"] * 2 + ["peer"] * 2
+    assert results[0]["times"] == {"ours": [2.0, 3.0, 5.0], "peer": [2.0, 3.0, 5.0]}  # answers 1 and 4 untimed
+
+
 @pytest.mark.parametrize("failure", [None, "unreadable answer", "peer cannot start"])
 def test_every_started_worker_ends_whatever_ends_the_benchmark(tmp_path, failure):
     script = tmp_path / "benchmarks" / "fake_worker.py"
