@@ -2,9 +2,12 @@
 SST-2 (not a constant one) and the real SST-2 dev sentences: float32 serves the SavedModel server's
 probabilities; int8 (dynamic-range) keeps its argmax on >= 99 % of the dev sentences and its dev
 accuracy within 0.3 points of float32's, through the export and through `predict.py --int8`; a
-non-classification task is refused with one clear error, and --int8 with --embeddings."""
+non-classification task is refused with one clear error, and --int8 with --embeddings, and an
+export missing the file that names its task fails with one clear error."""
 
 import json
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ import pytest
 import convert_checkpoint
 import predict
 import run_finetuning
+from electra_tf.errors import InputError
 from finetune.litert import LiteServer
 from finetune.saved_model import build_server
 
@@ -61,6 +65,10 @@ def test_float32_export_serves_the_saved_model_servers_probabilities(trial, serv
     np.testing.assert_allclose(lite_probabilities(server, sentences[:100], 1), served[:100], atol=1e-5)
     answer = server(sentences[:3])
     assert list(answer["label"]) == [str(i) for i in served[:3].argmax(axis=1)]
+    damaged = shutil.copytree(tmp_path / "lite", tmp_path / "damaged")
+    (damaged / "served_task").unlink()
+    with pytest.raises(InputError, match=re.escape(f"{damaged / 'served_task'} is missing")):
+        LiteServer(damaged)
 
 
 def test_int8_export_keeps_argmax_and_accuracy(trial, served, shared_data, tmp_path):
