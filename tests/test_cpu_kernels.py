@@ -28,6 +28,17 @@ def test_the_kernels_build_and_load_on_this_machine():
     assert not cpu_kernels.usable(tf.float16) and not cpu_kernels.usable(tf.bfloat16)
 
 
+def test_another_checkouts_virtualenv_reuses_the_build_but_other_flags_do_not(monkeypatch):
+    flags = tf.sysconfig.get_compile_flags()
+    here = cpu_kernels.library_path()
+    moved = [("-I/elsewhere/.venv/lib/python3.11/site-packages/tensorflow/include" if flag.startswith("-I") else flag)
+             for flag in flags]
+    monkeypatch.setattr(tf.sysconfig, "get_compile_flags", lambda: moved)
+    assert cpu_kernels.library_path() == here
+    monkeypatch.setattr(tf.sysconfig, "get_compile_flags", lambda: moved + ["-DEIGEN_DONT_VECTORIZE"])
+    assert cpu_kernels.library_path() != here
+
+
 def _value_and_grads(fn, inputs, upstream):
     with tf.GradientTape() as tape:
         tape.watch(inputs)

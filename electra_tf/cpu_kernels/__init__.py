@@ -73,11 +73,13 @@ def _compile_command(output: Path) -> list:
 
 
 def library_path() -> Path:
-    """Where the built kernels live: a name that changes with the sources, TF, flags and CPU."""
+    """Where the built kernels live: a name that changes with the sources, TF, flags and CPU. Not
+    with where TF's headers lie (a `-I` flag): the TF version names them, and another checkout's
+    virtualenv then reuses the build instead of compiling for 40 s again."""
+    flags = [flag for flag in tf.sysconfig.get_compile_flags() if not flag.startswith("-I")]
     key = hashlib.sha256()
     for part in (*(path.read_bytes() for path in SOURCES + HEADERS), tf.__version__.encode(),
-                 " ".join(_OPTIMIZE).encode(), " ".join(tf.sysconfig.get_compile_flags()).encode(),
-                 _cpu_signature().encode()):
+                 " ".join(_OPTIMIZE).encode(), " ".join(flags).encode(), _cpu_signature().encode()):
         key.update(part)
     root = Path(os.environ.get("ELECTRA_TF_BUILD_DIR") or Path.home() / ".cache" / "electra_tf")
     return root / f"cpu_kernels_{key.hexdigest()[:16]}.so"
