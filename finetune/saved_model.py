@@ -148,10 +148,11 @@ def copy_model_files(model_dir, directory: Path, served: str) -> None:
 def read_served(directory: Path):
     """(the run's FinetuningConfig, the served Task) from the files `copy_model_files` wrote."""
     config = read_run_config(directory)
-    if not (directory / SERVED_TASK).is_file():
-        raise InputError(f"{directory / SERVED_TASK} is missing: an export names the task it serves there; "
+    served_file = directory / SERVED_TASK
+    if not served_file.is_file():
+        raise InputError(f"{served_file} is missing: an export names the task it serves there; "
                          f"write the export again with convert_checkpoint.py")
-    served = (directory / SERVED_TASK).read_text(encoding="utf-8").strip()
+    served = served_file.read_text(encoding="utf-8").strip()
     check_vocab(directory / VOCAB_FILE, config.vocab_size)
     return config, get_task(served, config.tasks, config.raw_data_dir, read_cards(directory).get(served))
 
