@@ -1,9 +1,10 @@
 """The LiteRT export of a fine-tuned classifier (finetune.litert), on a small model fine-tuned here on
 SST-2 (not a constant one) and the real SST-2 dev sentences: float32 serves the SavedModel server's
-probabilities; int8 (dynamic-range) keeps its argmax on >= 99 % of the dev sentences and its dev
-accuracy within 0.3 points of float32's, through the export and through `predict.py --int8`; a
-non-classification task is refused with one clear error, and --int8 with --embeddings, and an
-export missing the file that names its task fails with one clear error."""
+probabilities, in batches and one sentence at a time (the one-sentence signature, which XNNPACK
+runs nearly whole); int8 (dynamic-range) keeps its argmax on >= 99 % of the dev sentences and its dev
+accuracy within 0.3 points of float32's, through the export (in batches and one by one) and through
+`predict.py --int8`; a non-classification task is refused with one clear error, and --int8 with
+--embeddings, and an export missing the file that names its task fails with one clear error."""
 
 import json
 import re
@@ -16,7 +17,7 @@ import convert_checkpoint
 import predict
 import run_finetuning
 from electra_tf.errors import InputError
-from finetune.litert import LiteServer
+from finetune.litert import ONE_SIGNATURE, LiteServer
 from finetune.saved_model import build_server
 
 
@@ -71,12 +72,28 @@ def test_float32_export_serves_the_saved_model_servers_probabilities(trial, serv
         LiteServer(damaged)
 
 
+def test_one_sentence_signature_runs_in_xnnpack_whole(trial, tmp_path):
+    """A single sentence's graph (`one_sentence`) has constant reshapes only, so that XNNPACK takes
+    nearly all of it: 3 delegated partitions (the embedding lookups and the [CLS] gather stay
+    outside), where the batch graph's gathers and computed reshapes cut it into 39."""
+    from ai_edge_litert.interpreter import Interpreter
+    export(trial, tmp_path / "lite", int8=False)
+    loaded = Interpreter(model_path=str(tmp_path / "lite" / "model.tflite"), num_threads=2)
+    loaded.allocate_tensors()
+    assert loaded._interpreter.GetSubgraphIndexFromSignature(ONE_SIGNATURE) == 0  # the one _get_ops_details lists
+    ops = [op["op_name"] for op in loaded._get_ops_details()]
+    assert ops.count("DELEGATE") <= 3, ops
+
+
 def test_int8_export_keeps_argmax_and_accuracy(trial, served, shared_data, tmp_path):
     sentences, labels = dev_rows(shared_data)
     float_accuracy = (served.argmax(axis=1) == labels).mean()
     assert float_accuracy > 0.6, float_accuracy  # a model that learned something, both labels predicted
     assert 0.1 < served.argmax(axis=1).mean() < 0.9
-    int8 = lite_probabilities(export(trial, tmp_path / "lite8", int8=True), sentences, 32)
+    server = export(trial, tmp_path / "lite8", int8=True)
+    one_by_one = lite_probabilities(server, sentences[:200], 1)  # the one_sentence signature
+    assert (one_by_one.argmax(axis=1) == served[:200].argmax(axis=1)).mean() >= 0.99
+    int8 = lite_probabilities(server, sentences, 32)
     agreement = (int8.argmax(axis=1) == served.argmax(axis=1)).mean()
     int8_accuracy = (int8.argmax(axis=1) == labels).mean()
     print(f"float32 accuracy {float_accuracy:.4f}, int8 {int8_accuracy:.4f}, argmax agreement {agreement:.4f}, "

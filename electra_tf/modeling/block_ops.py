@@ -39,8 +39,11 @@ def attention_core(qkv: tf.Tensor, mask_bias: tf.Tensor, dropout: Dropout, num_h
                                         tf.reshape(mask_bias, [batch, seq_length]), keep,
                                         num_heads, dropout.keep_scale)  # [B, L, H]
         return tf.reshape(context, [-1, hidden])
-    qkv = tf.reshape(qkv, [batch, seq_length, 3, num_heads, head_size])
-    query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, L, head_size]
+    # The batch size when it is static, and the length as -1: a LiteRT graph of one sentence then has
+    # constant reshapes, and XNNPACK runs the whole block (it runs no reshape to a computed shape).
+    heads_shape = [mask_bias.shape[0] or batch, -1, num_heads, head_size]
+    query, key, value = (tf.transpose(tf.reshape(part, heads_shape), [0, 2, 1, 3])
+                         for part in tf.split(qkv, 3, axis=-1))  # each [B, heads, L, head_size]
     # Scaling the queries equals scaling the scores (the original) on B*L*H values, not B*heads*L*L.
     query *= tf.cast(1.0 / math.sqrt(head_size), query.dtype)
     scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
