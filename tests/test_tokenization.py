@@ -233,14 +233,37 @@ def test_known_ids_and_special_tokens(tokenizers):
 
 def test_tokenize_batch_layout_and_single_trace(tokenizers):
     uncased = tokenizers["uncased"]
-    flat, row_splits = uncased.tokenize_batch(["hello world", "", "hi"])
-    assert flat.dtype == np.int32 and row_splits.dtype == np.int64
-    assert row_splits.tolist() == [0, 2, 2, 3]
-    assert uncased.convert_ids_to_tokens(flat) == ["hello", "world", "hi"]
+    for lines in (["hello world", "", "hi"], ["héllo world", "", "hi"]):  # Python alone; Python and TF
+        flat, row_splits = uncased.tokenize_batch(lines)
+        assert flat.dtype == np.int32 and row_splits.dtype == np.int64
+        assert row_splits.tolist() == [0, 2, 2, 3]
+        assert uncased.convert_ids_to_tokens(flat) == ["hello", "world", "hi"]
     empty_flat, empty_splits = uncased.tokenize_batch([])
     assert empty_flat.shape == (0,) and empty_splits.tolist() == [0]
-    uncased.tokenize_batch(["a"] * 7)
+    uncased.tokenize_batch(["é"] * 7)
+    uncased.tokenize_batch(["a"] * 100)  # a large batch: TensorFlow for every line
     assert uncased._tokenize_flat.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_small_batches_tokenize_ascii_lines_in_python_like_the_original(
+    mode, tokenizers, references, corpus_lines, glue_fields
+):
+    """A served request's lines (batches up to 48) go through `_ascii_ids` when ASCII: the same ids
+    as the original on real lines, every ASCII character inside, beside and between words, words
+    over 200 characters and words WordPiece cannot match, ASCII and other lines mixed."""
+    tokenizer, reference = tokenizers[mode], references[mode]
+    real = [line for line in corpus_lines[:3000] + glue_fields[::20] if line.isascii()]
+    made = [f"Ab{chr(c)}cD {chr(c)} x{chr(c)}{chr(c)}" for c in range(128)]
+    made += ["a" * MAX_CHARS_PER_WORD, "a" * (MAX_CHARS_PER_WORD + 1) + " b", "qzxqzxqzx wwwwwwwwwwwwwwwwww",
+             "", " \t\r\n ", "unaffable [UNK] [CLS] ##ing", "naïve café", "Straße 中文 done."]
+    texts = made + real
+    assert len(real) > 4000
+    for start in range(0, len(texts), 32):
+        batch = texts[start:start + 32]
+        flat, row_splits = tokenizer.tokenize_batch(batch)
+        for i, text in enumerate(batch):
+            assert flat[row_splits[i]:row_splits[i + 1]].tolist() == reference_ids(reference, text), text
 
 
 def test_tokenize_in_tf_function_and_tf_data(tokenizers):
