@@ -191,13 +191,14 @@ def pair_groups(variants: List[str], base: str = "ours") -> List[List[str]]:
 
 
 def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: int, label: str,
-               gemm_peak: bool = True, pause_s: float = 0.0, turn: int = 1) -> list:
+               gemm_peak: bool = True, pause_s: float = 0.0, turn: int = 1, settle_s: float = 0.0) -> list:
     """Steps each group's workers in turn for `steps` rounds, with `gemm_peak` a GEMM measurement
     after every step. `pause_s` seconds of idle (not timed) follow every step, so that one side's
     spinning OpenMP threads have parked before the other side's turn: each step then runs as on a
     machine of its own. With `turn` > 1 a worker takes `turn` timed steps back to back per turn,
-    after one untimed step: its own threads are then awake, and the other side's, which may still
-    spin when the turn passes (ONNX Runtime's do), no longer take the cores from its timed steps.
+    after `settle_s` seconds of idle and one untimed step: the other side's threads, which may spin
+    after their last request (ONNX Runtime's spin for about 60 ms), have then stopped, and its own
+    are awake.
 
     `start(variant)` returns a Worker ("gemm" included). One entry per completed group:
     {"variants": [...], "times": {variant: [seconds per timed step]}, "gemm": [GFLOP/s],
@@ -229,6 +230,7 @@ def run_groups(groups: List[List[str]], start: Callable[[str], Worker], steps: i
                 for first in range(0, steps, turn):
                     for worker in workers:
                         if turn > 1:
+                            time.sleep(settle_s)
                             worker.step()
                         for _ in range(min(turn, steps - first)):
                             entry["times"][worker.variant].append(worker.step())

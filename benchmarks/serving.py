@@ -19,7 +19,7 @@ request (`benchmarks.peers`): batch-1 latency (p50 / p90 / p99 over `--requests`
 batch-32 throughput (examples/s over `--batches` batches of dev sentences), start-up time (process
 start to the first answer: imports, loading, the first call) and peak resident memory.
 
-    .venv/bin/python benchmarks/serving.py [--model-dir TRIAL_DIR] [--requests 200] [--batches 20] [--pause 0.3] [--turn 10]
+    .venv/bin/python benchmarks/serving.py [--model-dir TRIAL_DIR] [--requests 200] [--batches 20] [--pause 0.3] [--turn 10 --settle 0.2]
         [--variants ours,hf,hf_passive] [--quick]
 
 `--variants ours_predict,hf --base ours_predict` measures `predict.py`'s path instead (issue #43:
@@ -307,7 +307,7 @@ def serve_variant(args) -> None:
 # ----------------------------------------------------------------------------- driver
 
 def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, intra_op_threads: int = 0,
-            base: str = "ours", turn: int = 1) -> list:
+            base: str = "ours", turn: int = 1, settle_s: float = 0.0) -> list:
     """"ours" beside each peer: "hf", "hf_passive" (HF's OpenMP threads spin while they wait by default,
     which on a loaded machine costs them most of their time slices; see finetune_throughput.py) and
     "ours_no_onednn" (the same SavedModel with TF_ENABLE_ONEDNN_OPTS=0) and "ours_bf16" (the bf16 export).
@@ -321,7 +321,7 @@ def measure(work: Path, batch: int, steps: int, variants: list, pause_s: float, 
             env.pop("TF_NUM_INTRAOP_THREADS", None)  # TensorFlow's default, whatever the shell set
         return Worker(__file__, variant, ["--export", str(work), "--batch", str(batch)], env)
     return run_groups(pair_groups(variants, base), start, steps, f"batch {batch}", gemm_peak=False, pause_s=pause_s,
-                      turn=turn)
+                      turn=turn, settle_s=settle_s)
 
 
 def report(work: Path, latency: list, throughput: list, base: str = "ours") -> None:
@@ -377,6 +377,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="requests a variant answers back to back per turn, after an untimed one "
                              "(1: the variants alternate every request, and ONNX Runtime's threads, which "
                              "spin after a request, take the cores from the request after theirs)")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="with --turn, idle seconds before each turn (not timed), so that the other "
+                             "side's threads have stopped spinning (ONNX Runtime's spin for about 60 ms "
+                             "after a request)")
     parser.add_argument("--intra-op-threads", type=int, default=0,
                         help="intra-op threads of our variants (0: TensorFlow's default, one per core; "
                              "LiteRT's interpreter: 2)")
@@ -409,9 +413,9 @@ def main() -> None:
         print(f"{os.cpu_count()} CPUs; {args.requests} batch-1 and {args.batches} batch-32 requests per variant; "
               f"our intra-op threads: {threads}", flush=True)
         variants = args.variants.split(",")
-        latency = measure(work, 1, args.requests, variants, args.pause, args.intra_op_threads, args.base, args.turn)
-        throughput = measure(work, 32, args.batches, variants, args.pause, args.intra_op_threads, args.base,
-                             args.turn)
+        latency, throughput = (measure(work, batch, steps, variants, args.pause, args.intra_op_threads, args.base,
+                                       args.turn, args.settle)
+                               for batch, steps in ((1, args.requests), (32, args.batches)))
         report(work, latency, throughput, args.base)
 
 

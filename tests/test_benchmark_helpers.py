@@ -3,6 +3,7 @@ worker processes end whatever ends a benchmark, the float32 fact serving.py's HF
 and that this export gives the trial's own logits, as does the ONNX Runtime peer built on it."""
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -71,8 +72,9 @@ def test_hf_classifier_of_a_trial_gives_its_logits(tmp_path, shared_data, vocab_
     np.testing.assert_allclose(theirs, ours.numpy(), atol=1e-4)
 
 
-def test_turns_time_every_step_but_the_first_of_each_turn():
-    """--turn: each side answers `turn` timed requests in a row after an untimed one, `steps` in all."""
+def test_turns_time_every_step_but_the_first_of_each_turn(monkeypatch):
+    """--turn: each side answers `turn` timed requests in a row after `settle_s` idle and an untimed
+    one, `steps` in all."""
     calls = []
 
     class Recording:
@@ -92,8 +94,10 @@ def test_turns_time_every_step_but_the_first_of_each_turn():
         def close(self):
             pass
 
-    results = run_groups([["ours", "peer"]], Recording, steps=3, label="test", gemm_peak=False, turn=2)
-    assert calls == ["ours"] * 3 + ["peer"] * 3 + ["ours"] * 2 + ["peer"] * 2
+    monkeypatch.setattr(time, "sleep", lambda seconds: calls.append(seconds))
+    results = run_groups([["ours", "peer"]], Recording, steps=3, label="test", gemm_peak=False, turn=2, settle_s=0.2)
+    turn = lambda side, timed: [0.2, side] + [side, 0.0] * timed  # settle, untimed, timed steps and their pauses
+    assert calls == turn("ours", 2) + turn("peer", 2) + turn("ours", 1) + turn("peer", 1)
     assert results[0]["times"] == {"ours": [2.0, 3.0, 5.0], "peer": [2.0, 3.0, 5.0]}  # answers 1 and 4 untimed
 
 
