@@ -118,7 +118,8 @@ def test_discriminator_stage_leaves_the_generator_frozen():
     own = network.discriminator.blocks[0].trainable_variables + network.discriminator_head.trainable_variables
     trained = [v for v in own if v.name.endswith("kernel:0")]  # (the key bias gets no gradient: softmax ignores it)
     before = [v.numpy().copy() for v in frozen + trained]
-    losses = run(make_train_step(model, optimizer, stage="discriminator"), 3)
+    losses = run(make_train_step(model, optimizer, stage="discriminator",
+                                 variables=model.trainable_variables_for("discriminator")), 3)
     assert np.isfinite(losses).all()
     assert any(v.name.startswith("electra/embeddings/") for v in frozen)  # the shared block is frozen too
     for value, variable in zip(before, frozen):

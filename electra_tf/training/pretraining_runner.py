@@ -118,7 +118,8 @@ class _Training:
         config = self.config
         with self.strategy.scope():  # gradient accumulators are per-replica variables
             step_fn = make_train_step(
-                self.model, self.optimizer, stage=stage, jit_compile=config.jit_compile,
+                self.model, self.optimizer, stage=stage, variables=self.model.trainable_variables_for(stage),
+                jit_compile=config.jit_compile,
                 gradient_accumulation_steps=config.gradient_accumulation_steps,
                 clip_norm=CLIP_NORM if config.per_replica_clipping else None,
                 on_output=lambda features, output: update_metrics(

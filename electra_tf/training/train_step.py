@@ -36,7 +36,8 @@ def _pretraining_loss(stage: str) -> LossFn:
 
 
 def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy.Optimizer, *,
-                    loss_fn: Optional[LossFn] = None, stage: str = "joint", jit_compile: bool = False,
+                    loss_fn: Optional[LossFn] = None, stage: str = "joint", variables: Optional[list] = None,
+                    jit_compile: bool = False,
                     gradient_accumulation_steps: int = 1, clip_norm: Optional[float] = None,
                     on_output: Optional[Callable[[dict, Any], None]] = None,
                     on_gradients: Optional[Callable[[List[Any]], None]] = None
@@ -44,14 +45,15 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
     """The per-replica training step `step(features, seed) -> loss` (float32 scalar).
 
     Args:
-      model: a built model. Trained variables: `model.trainable_variables_for(stage)` when the
-        model has it (PretrainingModel: a frozen generator is left out), else all trainable ones.
+      model: a built model.
       optimizer: a legacy tf_keras optimizer (e.g. `create_optimizer`'s), or a
         `tf_keras.mixed_precision.LossScaleOptimizer` around one, which turns on dynamic loss
         scaling (the loss is scaled before differentiation and the gradients unscaled after).
       loss_fn: `loss_fn(model, features, seed) -> (loss, output)`; default: the `.loss` of
         `model(features, training=True, seed=seed, stage=stage)` and that model output.
       stage: the pretraining stage ("joint", "generator" or "discriminator").
+      variables: the variables trained; default all of the model's trainable ones (a
+        PretrainingModel's `trainable_variables_for(stage)` leaves a frozen generator out).
       jit_compile: compile forward + backward with XLA.
       gradient_accumulation_steps: k > 1 splits the batch into k micro-batches (rows i*B/k ...),
         averages their gradients in per-replica accumulators and applies them once, with the memory
@@ -69,10 +71,7 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
     Variables without a gradient (None: unused by this loss) are skipped, not updated.
     """
     loss_fn = loss_fn or _pretraining_loss(stage)
-    if hasattr(model, "trainable_variables_for"):
-        variables = model.trainable_variables_for(stage)
-    else:
-        variables = model.trainable_variables
+    variables = model.trainable_variables if variables is None else variables
     scales_loss = isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
     inner = optimizer.inner_optimizer if scales_loss else optimizer
     if clip_norm is not None and getattr(inner, "global_clipnorm", None) is not None:
