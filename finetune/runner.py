@@ -136,8 +136,7 @@ class Trial:
                                            self.config.max_seq_length, self.data.split_batch(split)):
             batch_predictions, batch_losses = self.predict_step(batch)
             losses[indices] = batch_losses[split.task.name].numpy()
-            own = batch_predictions[split.task.name]
-            for key, value in (own.items() if isinstance(own, dict) else [(None, own)]):
+            for key, value in split.task.prediction_columns(batch_predictions[split.task.name]).items():
                 column = columns.setdefault(key, [None] * n)
                 for row, index in zip(value.numpy(), indices):
                     column[index] = row

@@ -55,6 +55,9 @@ class SquadTask(Task):
         return QAHead(self.name, hidden_size, config.beam_size, config.joint_prediction,
                       config.answerable_classifier, config.answerable_uses_start_logits, config.answerable_weight)
 
+    def prediction_columns(self, predictions):
+        return predictions  # the head's dict: {output key: [B, ...]}
+
     def gather(self, columns):
         return columns  # {head output key: [array per window]}
 

@@ -72,6 +72,11 @@ class Task(abc.ABC):
         batch)` [B] and `predictions(outputs)` (a tensor or a dict of tensors, leading axis B)."""
 
     # --- predictions and scores -----------------------------------------------------------------
+    def prediction_columns(self, predictions) -> Dict[Optional[str], tf.Tensor]:
+        """A batch's head predictions by column, what `gather` reads: by default the head's one
+        tensor, under None."""
+        return {None: predictions}
+
     def gather(self, columns: Dict[Optional[str], list]):
         """The split's predictions in the task's form; by default an array over the examples."""
         return np.asarray(columns[None], np.float64)
