@@ -47,6 +47,7 @@ class Sentence:
     eid: int
     words: Tuple[str, ...]
     tags: Tuple[str, ...]  # as in the file (IOB2 for CoNLL-2000)
+    source: str = ""  # "<file>:<line of its first word>", what an error about it names
 
 
 def valid_tag(tag, prefixes: str = "BIES") -> bool:
@@ -61,13 +62,13 @@ def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = 
     one of `prefixes` (the scheme's: IOB1/IOB2 "BI", BIOES "BIES"), is an InputError."""
     path = Path(path)
     lines = read_text(path).split("\n")
-    sentences, current = [], []
+    sentences, current, first = [], [], 0
     for number, line in enumerate(lines + [""], start=1):
         fields = line.split()
         if not fields:
             if current:
                 words, tags = zip(*current)
-                sentences.append(Sentence(len(sentences), words, tags))
+                sentences.append(Sentence(len(sentences), words, tags, f"{path}:{first}"))
                 current = []
                 if max_sentences is not None and len(sentences) >= max_sentences:
                     break
@@ -82,6 +83,7 @@ def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = 
         if not valid_tag(tag, prefixes):
             raise InputError(f"{path}:{number}: tag {tag!r} is not O or "
                              f"{'/'.join(p + '-' for p in prefixes)}<type>")
+        first = first if current else number
         current.append((fields[0], tag))
     if not sentences:
         raise InputError(f"{path}: holds no sentences")
@@ -102,7 +104,7 @@ def read_split(task_dir, split: str, max_sentences: Optional[int] = None) -> Lis
     held_out = 0 if (task_dir / "dev.txt").is_file() else len(train) // DEV_HOLDOUT
     chosen = train[:len(train) - held_out] if split == "train" else train[len(train) - held_out:]
     chosen = chosen[:max_sentences]
-    return [Sentence(i, s.words, s.tags) for i, s in enumerate(chosen)]
+    return [Sentence(i, s.words, s.tags, s.source) for i, s in enumerate(chosen)]
 
 
 def _parts(tag: str) -> Tuple[str, str]:
@@ -235,8 +237,8 @@ def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_lengt
         try:
             labels.append(np.asarray([mapping[tag] for tag in bioes], np.int32))
         except KeyError as error:
-            raise InputError(f"chunk: tag {error.args[0]} of sentence {sentence.eid} is not in the label "
-                             f"mapping ({len(mapping)} tags)") from None
+            raise InputError(f"{sentence.source}: tag {error.args[0]} (BIOES) is not in the label mapping "
+                             f"({len(mapping)} tags)") from None
     n = len(sentences)
     segment_ids = [np.ones(len(ids), np.int32) for ids in token_ids]  # all 1, as the original
     return TaggingFeatures(token_ids, segment_ids, np.full(n, task_id, np.int32), np.zeros(n, np.int32),

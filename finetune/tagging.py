@@ -48,7 +48,7 @@ class TextSentence(Sentence):
             start = text.index(word, cursor)
             offsets.append((start, start + len(word)))
             cursor = start + len(word)
-        return cls(eid, tuple(words), ("O",) * len(words), text, tuple(offsets))
+        return cls(eid, tuple(words), ("O",) * len(words), text=text, offsets=tuple(offsets))
 
 
 class TaggingTask(Task):
@@ -89,7 +89,7 @@ class TaggingTask(Task):
                 if not chunking.valid_tag(tag, prefixes):
                     raise InputError(f"{path}:{line}: tag {tag!r} is not O or "
                                      f"{'/'.join(p + '-' for p in prefixes)}<type> ({self.scheme})")
-            sentences.append(Sentence(len(sentences), tuple(map(str, words)), tuple(tags)))
+            sentences.append(Sentence(len(sentences), tuple(map(str, words)), tuple(tags), f"{path}:{line}"))
         return sentences
 
     def read(self, config, split: str, max_examples: Optional[int]) -> List[Sentence]:
@@ -108,7 +108,7 @@ class TaggingTask(Task):
     @property
     def tags(self) -> List[str]:
         """The head's classes: the BIOES tags of the train and dev files, sorted (the original's
-        mapping); an entity type the train file never has is an error naming the file and sentence."""
+        mapping); an entity type the train file never has is an error naming the file and line."""
         if self._tags is None:
             splits = {split: self._sentences(self.path(split), None) for split in ("train", "dev")}
             types = {tag[2:] for s in splits["train"] for tag in s.tags if tag != "O"}
@@ -116,8 +116,8 @@ class TaggingTask(Task):
                 for sentence in sentences:
                     unknown = {tag[2:] for tag in sentence.tags if tag != "O"} - types
                     if unknown:
-                        raise InputError(f"{self.path(split)}: sentence {sentence.eid + 1} has entity type "
-                                         f"{sorted(unknown)[0]!r}, which the train file never has")
+                        raise InputError(f"{sentence.source}: entity type {sorted(unknown)[0]!r}, which the "
+                                         f"train file ({self.path('train')}) never has")
             self._tags = list(chunking.label_mapping(*splits.values()))
         return self._tags
 

@@ -1,6 +1,7 @@
 """CoNLL-2000 chunking: reader counts on the real files, BIOES conversion, first-sub-token features,
 conlleval's chunk F1 on a hand-checked example, the tagging head against NumPy, a few training steps."""
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -101,6 +102,18 @@ def test_featurize_labels_first_sub_tokens(conll, tokenizer):
     assert max(len(ids) for ids in short.token_ids) <= 24 and short.words_cut > 0
     kept = sum(len(p) for p in short.labeled_positions)
     assert kept + short.words_cut == sum(len(s.words) for s in test[:50])
+
+
+def test_a_tag_outside_the_mapping_names_the_file_and_line(conll, tokenizer):
+    test = chunking.read_split(conll, "test")
+    lines = (conll / "test.txt").read_text().split("\n")
+    for sentence in test[:100]:  # each sentence's source is the line of its first word
+        path, line = sentence.source.rsplit(":", 1)
+        assert path == str(conll / "test.txt") and lines[int(line) - 1].split()[0] == sentence.words[0]
+    narrow = chunking.label_mapping(test[:1])
+    unseen = next(s for s in test if not set(chunking.to_bioes(s.tags)) <= set(narrow))
+    with pytest.raises(InputError, match=re.escape(unseen.source) + r": tag \S+ \(BIOES\) is not in the label mapping"):
+        chunking.featurize([unseen], tokenizer, 256, narrow)
 
 
 def test_head_loss_matches_numpy_and_trains(conll, tokenizer):
