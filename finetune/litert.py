@@ -41,8 +41,6 @@ from finetune.saved_model import build_server, copy_model_files, read_served
 
 MODEL_FILE, CARD_FILE = "model.tflite", "litert.json"
 FEATURES = ("input_ids", "input_mask", "segment_ids")
-
-
 BATCH_SIGNATURE, ONE_SIGNATURE = "serving_default", "one_sentence"
 
 
