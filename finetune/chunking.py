@@ -83,7 +83,8 @@ def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = 
         if not valid_tag(tag, prefixes):
             raise InputError(f"{path}:{number}: tag {tag!r} is not O or "
                              f"{'/'.join(p + '-' for p in prefixes)}<type>")
-        first = first if current else number
+        if not current:
+            first = number  # the sentence's first word
         current.append((fields[0], tag))
     if not sentences:
         raise InputError(f"{path}: holds no sentences")
