@@ -8,7 +8,8 @@ Matching curves point to the regime; a clearly faster peer points to a defect on
 
 - `--objective bert` (the replication's pilots): HF transformers' `ElectraForMaskedLM`.
 - `--objective electra` (stage 2's `s2_electra`): HF's `ElectraForMaskedLM` as the generator
-  (1/4 of the width: 64 wide, 1 head, FFN 256) and `ElectraForPreTraining` as the discriminator,
+  (`--generator-hidden-size` of the width: 0.25 by default, 64 wide, 1 head, FFN 256; 1.0 for stage
+  4's `s4_full_generator`) and `ElectraForPreTraining` as the discriminator,
   sharing one embedding module (word, position and segment tables and their LayerNorm, docs/fidelity.md#tying) and
   the generator's output matrix; Gumbel-max samples (temperature 1, no gradient) written into every
   used slot; labels "sampled != original"; loss MLM + 50 x the discriminator's token-mean sigmoid
@@ -202,9 +203,10 @@ def our_windows(log_path: str, run: str, window: int):
     return windows
 
 
-def build_models(objective: str, vocab_size: int):
-    """(generator, discriminator) of the replication's shape (4 layers, 256 wide, embedding 128);
-    for `bert` the generator is the full-width MLM and there is no discriminator."""
+def build_models(objective: str, vocab_size: int, generator_hidden_size: float = 0.25):
+    """(generator, discriminator) of the replication's shape (4 layers, 256 wide, embedding 128), the
+    generator `generator_hidden_size` times as wide; for `bert` the generator is the full-width MLM
+    and there is no discriminator."""
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
     def config(hidden):  # docs/fidelity.md#model-sizes: heads max(1, hidden // 64), FFN 4 x hidden
@@ -214,7 +216,7 @@ def build_models(objective: str, vocab_size: int):
     if objective == "bert":
         return ElectraForMaskedLM(config(256)).train(), None
     discriminator = ElectraForPreTraining(config(256)).train()
-    generator = ElectraForMaskedLM(config(64)).train()  # generator_hidden_size 0.25
+    generator = ElectraForMaskedLM(config(int(256 * generator_hidden_size))).train()
     # docs/fidelity.md#tying: one `electra/embeddings` scope
     generator.electra.embeddings = discriminator.electra.embeddings
     generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
@@ -250,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate (the run's)")
     parser.add_argument("--batch", type=int, default=128, help="examples per step (the run's)")
     parser.add_argument("--window", type=int, default=50, help="steps per printed window")
+    parser.add_argument("--generator-hidden-size", type=float, default=0.25,
+                        help="the generator's width over the discriminator's (`electra`; the run's)")
     parser.add_argument("--seed", type=int, default=1, help="initialisation, order, masking and sampling seed")
     return parser
 
@@ -286,7 +290,7 @@ def main():
     torch.set_num_threads(2)
     sampler = torch.Generator().manual_seed(args.seed)
     vocab = {token: i for i, token in enumerate(Path(args.vocab_file).read_text().splitlines())}
-    generator, discriminator = build_models(args.objective, len(vocab))
+    generator, discriminator = build_models(args.objective, len(vocab), args.generator_hidden_size)
     named = trainable(generator=generator, discriminator=discriminator)
     rng = np.random.default_rng(args.seed)
     state = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in named}

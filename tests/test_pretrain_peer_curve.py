@@ -153,8 +153,8 @@ def test_roc_auc_counts_ties_half():
 def test_peer_electra_shares_the_embeddings_and_sizes_the_generator():
     """docs/fidelity.md#tying: one embedding module (word, position, segment tables and their LayerNorm) and the output
     matrix are the generator's and the discriminator's; each keeps its own projection. docs/fidelity.md#model-sizes: the
-    generator is a quarter as wide (64, 1 head, FFN 256) with the same 4 layers. The optimizer sees
-    every shared weight once."""
+    generator is a quarter as wide by default (64, 1 head, FFN 256) with the same 4 layers, and as
+    wide as the discriminator at `generator_hidden_size` 1.0. The optimizer sees every shared weight once."""
     generator, discriminator = build_models("electra", 100)
     assert generator.electra.embeddings is discriminator.electra.embeddings
     assert generator.generator_lm_head.weight is discriminator.electra.embeddings.word_embeddings.weight
@@ -166,5 +166,8 @@ def test_peer_electra_shares_the_embeddings_and_sizes_the_generator():
     assert len({id(p) for _, p in named}) == len(named)
     every = {id(p) for p in generator.parameters()} | {id(p) for p in discriminator.parameters()}
     assert {id(p) for _, p in named} == every
+    full, _ = build_models("electra", 100, generator_hidden_size=1.0)  # s4_full_generator's
+    f = full.config
+    assert (f.hidden_size, f.num_attention_heads, f.intermediate_size, f.embedding_size) == (256, 4, 1024, 128)
     bert, none = build_models("bert", 100)
     assert none is None and bert.config.hidden_size == 256 and len(trainable(generator=bert, discriminator=None)) > 0
