@@ -117,6 +117,7 @@ class PretrainingConfig(HParams):
     num_warmup_steps: int = 10000
     gradient_accumulation_steps: int = 1
     per_replica_clipping: bool = False  # True: each replica clips its own gradient (the original's TPU runs)
+    adam_bias_correction: bool = False  # True: AdamW with Adam's bias correction (not the original's)
     # Steps, checkpoints, logging
     iterations_per_loop: int = 200  # steps per compiled loop
     save_checkpoints_steps: int = 1000
@@ -267,6 +268,8 @@ class PretrainingConfig(HParams):
         _one_of("strategy", self.strategy, STRATEGIES)
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
+        _require(not self.adam_bias_correction or self.optimizer == "adamw",
+                 f"adam_bias_correction applies to optimizer 'adamw', not {self.optimizer!r}")
         _require(self.do_train or self.do_eval,
                  "do_train and do_eval are both false: nothing to do")
         _require(0 < self.mask_prob < 1, f"mask_prob {self.mask_prob} must be in (0, 1)")

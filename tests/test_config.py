@@ -31,7 +31,7 @@ PROJECT_DEFAULTS = dict(
     random_token_fraction=0.0, mask_with_replacement=True, strategy="auto",
     precision="float32", jit_compile=False, gradient_accumulation_steps=1, log_every=100,
     deterministic=False, seed=1234, init_checkpoint=None, init_checkpoint_reset_step=True,
-    optimizer="adamw")
+    optimizer="adamw", adam_bias_correction=False)
 
 
 def test_constructor_defaults_equal_the_spec_table():
@@ -251,6 +251,7 @@ def test_value_types_are_checked():
     ({"strategy": "horovod"}, "strategy 'horovod' is not one of: auto, one_device, mirrored"),
     ({"precision": "fp16"}, "precision 'fp16' is not one of: float32, mixed_bfloat16"),
     ({"optimizer": "sgd"}, "optimizer 'sgd' is not one of: adamw, lamb"),
+    ({"optimizer": "lamb", "adam_bias_correction": True}, "adam_bias_correction applies to optimizer 'adamw'"),
     ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps 0 must be at least 1"),
     ({"num_warmup_steps": -1}, "num_warmup_steps -1 must not be negative"),
     ({"gradient_accumulation_steps": 3}, "train_batch_size 128 is not divisible by "

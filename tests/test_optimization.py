@@ -64,10 +64,10 @@ def test_schedule_and_optimizer_config_round_trip():
     assert restored.get_config() == schedule.get_config()
 
     opt = create_optimizer(3e-4, 2000, 0.01, warmup_steps=200, layerwise_lr_decay_power=0.8,
-                           n_transformer_layers=12)
+                           n_transformer_layers=12, bias_correction=True)
     clone = AdamWeightDecay.from_config(opt.get_config())
     assert clone.get_config() == opt.get_config()
-    assert clone.global_clipnorm == 1.0
+    assert clone.global_clipnorm == 1.0 and clone.bias_correction
     assert float(clone.learning_rate(1000)) == pytest.approx(3e-4 * 0.5)  # power 1, past warmup
 
 
@@ -193,6 +193,37 @@ def test_adamw_matches_numpy_reference(clip_norm, layerwise):
         np.testing.assert_allclose(m.numpy(), m_ref[name], rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(v.numpy(), v_ref[name], rtol=1e-5, atol=1e-9)
     assert int(opt.iterations) == STEPS
+
+
+def test_bias_correction_matches_pytorchs_adamw():
+    """`bias_correction=True` is Adam's corrected update with decoupled decay: 30 steps of
+    torch.optim.AdamW (eps 1e-6, decay 0.01 on the decayed variable, none on the LayerNorm one)
+    from the same start and gradients end at the same weights; the uncorrected optimizer does not
+    (its early steps are larger)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    start = {"dense/kernel": rng.normal(size=(4, 3)), "layer_norm/gamma": rng.normal(size=3)}
+    targets = {name: rng.normal(size=value.shape) for name, value in start.items()}
+
+    def run_ours(bias_correction):
+        variables = {name: tf.Variable(value, dtype=tf.float32, name=name) for name, value in start.items()}
+        opt = AdamWeightDecay(learning_rate=0.01, weight_decay_rate=0.01, bias_correction=bias_correction)
+        for _ in range(30):  # gradient of 0.5 * |w - target|^2
+            opt.apply_gradients([(var - targets[name], var) for name, var in variables.items()])
+        return {name: var.numpy() for name, var in variables.items()}
+
+    params = {name: torch.nn.Parameter(torch.tensor(value, dtype=torch.float64)) for name, value in start.items()}
+    theirs = torch.optim.AdamW([{"params": [params["dense/kernel"]], "weight_decay": 0.01},
+                                {"params": [params["layer_norm/gamma"]], "weight_decay": 0.0}],
+                               lr=0.01, betas=(0.9, 0.999), eps=1e-6)
+    for _ in range(30):
+        for name, param in params.items():
+            param.grad = param.detach() - torch.tensor(targets[name])
+        theirs.step()
+    corrected, uncorrected = run_ours(True), run_ours(False)
+    for name, param in params.items():
+        np.testing.assert_allclose(corrected[name], param.detach().numpy(), rtol=0, atol=1e-5, err_msg=name)
+        assert np.abs(uncorrected[name] - param.detach().numpy()).max() > 1e-2, name
 
 
 @pytest.mark.parametrize("clip_norm", [None, 1.0])

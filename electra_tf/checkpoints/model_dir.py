@@ -61,7 +61,8 @@ def build(config: PretrainingConfig, vocab_file) -> Built:
     optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
                                  weight_decay_rate=config.weight_decay_rate,
                                  warmup_steps=config.num_warmup_steps,
-                                 lr_decay_power=config.lr_decay_power, optimizer=config.optimizer)
+                                 lr_decay_power=config.lr_decay_power, optimizer=config.optimizer,
+                                 bias_correction=config.adam_bias_correction)
     create_slots(optimizer, model.trainable_variables)
     tracked = optimizer
     if config.precision == "mixed_float16":  # as pretraining_runner wraps it

@@ -209,6 +209,7 @@ def _run_in_model_dir(config: PretrainingConfig, strategy, chief: bool, train_da
                                      weight_decay_rate=config.weight_decay_rate,
                                      warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
                                      optimizer=config.optimizer,
+                                     bias_correction=config.adam_bias_correction,
                                      clip_norm=None if config.per_replica_clipping else CLIP_NORM)
         optimizer = distribution.with_loss_scaling(optimizer, config.precision)
     _check_batch_sizes(config, strategy)
