@@ -32,7 +32,9 @@ times a linear warm-up factor).
 Differences from our run that remain:
 - initialisation: HF draws every matrix from a normal of 0.02; ours, as the original, from one
   truncated at 2 standard deviations, and `embeddings_project` and the discriminator's last layer
-  from glorot uniform (a spread of 0.07-0.10 where HF's is 0.02);
+  from glorot uniform (a spread of 0.07-0.10 where HF's is 0.02). `--init original` redraws the
+  peer's weights the original's way (`original_init`), so the initialisation can be told apart
+  from the code;
 - the example order and the random draws;
 - the generator's output layer runs on the gathered slots only (as ours does; it is the same math
   as HF's all-position head at these slots);
@@ -223,6 +225,31 @@ def build_models(objective: str, vocab_size: int, generator_hidden_size: float =
     return generator, discriminator
 
 
+def original_init(*models) -> None:
+    """Redraws the models' weights as the original's `modeling.py` and `run_pretraining.py` draw
+    theirs (docs/fidelity.md#model-sizes): every matrix and table from a normal of 0.02 truncated at
+    2 standard deviations, biases 0, LayerNorm 1 and 0; `embeddings_project` and the
+    discriminator's output layer from glorot uniform (`tf.layers.dense`'s default)."""
+    import torch
+    with torch.no_grad():
+        for model in models:
+            for name, module in model.named_modules():
+                if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                    if name.endswith(("embeddings_project", "dense_prediction")):
+                        torch.nn.init.xavier_uniform_(module.weight)
+                    else:
+                        torch.nn.init.trunc_normal_(module.weight, std=0.02, a=-0.04, b=0.04)
+                    if getattr(module, "bias", None) is not None:
+                        torch.nn.init.zeros_(module.bias)
+                    if isinstance(module, torch.nn.Embedding):
+                        module.padding_idx = None  # the original's [PAD] row trains as any other
+                elif isinstance(module, torch.nn.LayerNorm):
+                    torch.nn.init.ones_(module.weight)
+                    torch.nn.init.zeros_(module.bias)
+            if hasattr(model, "generator_lm_head"):
+                torch.nn.init.zeros_(model.generator_lm_head.bias)
+
+
 def trainable(**models):
     """[(name, parameter)] over the models, each shared parameter once (under its first model's name)."""
     seen, named = set(), []
@@ -254,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--window", type=int, default=50, help="steps per printed window")
     parser.add_argument("--generator-hidden-size", type=float, default=0.25,
                         help="the generator's width over the discriminator's (`electra`; the run's)")
+    parser.add_argument("--init", choices=("hf", "original"), default="hf",
+                        help="HF's initialisation, or the original's (original_init)")
     parser.add_argument("--seed", type=int, default=1, help="initialisation, order, masking and sampling seed")
     return parser
 
@@ -291,6 +320,8 @@ def main():
     sampler = torch.Generator().manual_seed(args.seed)
     vocab = {token: i for i, token in enumerate(Path(args.vocab_file).read_text().splitlines())}
     generator, discriminator = build_models(args.objective, len(vocab), args.generator_hidden_size)
+    if args.init == "original":
+        original_init(*(model for model in (generator, discriminator) if model is not None))
     named = trainable(generator=generator, discriminator=discriminator)
     rng = np.random.default_rng(args.seed)
     state = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in named}

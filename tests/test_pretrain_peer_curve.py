@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.pretrain_peer_curve import (SLOTS, adamw_step, build_models, disc_loss, fake_input, gumbel_max,
+from benchmarks.pretrain_peer_curve import (SLOTS, adamw_step, build_models, original_init, disc_loss, fake_input, gumbel_max,
                                             learning_rate, mask, our_windows, roc_auc, trainable)
 
 
@@ -171,3 +171,24 @@ def test_peer_electra_shares_the_embeddings_and_sizes_the_generator():
     assert (f.hidden_size, f.num_attention_heads, f.intermediate_size, f.embedding_size) == (256, 4, 1024, 128)
     bert, none = build_models("bert", 100)
     assert none is None and bert.config.hidden_size == 256 and len(trainable(generator=bert, discriminator=None)) > 0
+
+
+def test_original_init_draws_the_originals_weights():
+    """`--init original`: matrices and tables from a normal of 0.02 truncated at 2 standard deviations,
+    `embeddings_project` and the discriminator's output layer glorot uniform (limit sqrt(6 / (fan_in +
+    fan_out))), biases 0, LayerNorm 1 / 0, and no frozen [PAD] row, as the original's weights."""
+    import torch
+    generator, discriminator = build_models("electra", 100, generator_hidden_size=1.0)
+    original_init(generator, discriminator)
+    for model in (generator, discriminator):
+        project = model.electra.embeddings_project.weight  # [256, 128]
+        limit = math.sqrt(6 / (128 + 256))
+        assert project.abs().max() <= limit and project.std() > 0.8 * limit / math.sqrt(3)
+        attention = model.electra.encoder.layer[0].attention.self.query
+        assert attention.weight.abs().max() <= 0.04 and 0.015 < attention.weight.std() < 0.02
+        assert torch.all(attention.bias == 0)
+    output = discriminator.discriminator_predictions.dense_prediction.weight  # [1, 256]
+    assert output.abs().max() <= math.sqrt(6 / 257) and output.std() > 0.05
+    embeddings = discriminator.electra.embeddings
+    assert embeddings.word_embeddings.padding_idx is None and embeddings.word_embeddings.weight[0].abs().sum() > 0
+    assert torch.all(embeddings.LayerNorm.weight == 1) and torch.all(generator.generator_lm_head.bias == 0)
