@@ -200,7 +200,7 @@ def test_bias_correction_matches_pytorchs_adamw():
     torch.optim.AdamW (eps 1e-6, decay 0.01 on the decayed variable, none on the LayerNorm one)
     from the same start and gradients end at the same weights; the uncorrected optimizer does not
     (its early steps are larger)."""
-    torch = pytest.importorskip("torch")
+    import torch  # a test extra: missing, the test fails
     rng = np.random.default_rng(5)
     start = {"dense/kernel": rng.normal(size=(4, 3)), "layer_norm/gamma": rng.normal(size=3)}
     targets = {name: rng.normal(size=value.shape) for name, value in start.items()}

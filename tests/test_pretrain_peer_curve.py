@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.pretrain_peer_curve import (SLOTS, adamw_step, build_models, original_init, disc_loss, fake_input, gumbel_max,
-                                            learning_rate, mask, our_windows, roc_auc, trainable)
+from benchmarks.pretrain_peer_curve import (SLOTS, adamw_step, build_models, disc_loss, fake_input, gumbel_max,
+                                            learning_rate, mask, original_init, our_windows, roc_auc, trainable)
 
 
 def peer_batch(lengths):
