@@ -246,8 +246,6 @@ def original_init(*models) -> None:
                 elif isinstance(module, torch.nn.LayerNorm):
                     torch.nn.init.ones_(module.weight)
                     torch.nn.init.zeros_(module.bias)
-            if hasattr(model, "generator_lm_head"):
-                torch.nn.init.zeros_(model.generator_lm_head.bias)
 
 
 def trainable(**models):

@@ -223,11 +223,13 @@ class AdamWeightDecay(_ExactGlobalNormClipping, tf_keras.optimizers.legacy.Optim
         # `1 - beta` is computed in Python (float64) as the original did: in float32,
         # 1 - float32(0.999) is 1.3e-5 off 0.001.
         super()._prepare_local(var_device, var_dtype, apply_state)
-        step = tf.cast(self.iterations + 1, var_dtype)  # t of the update being computed
-        corrected = self.bias_correction  # 1 - b**t divides m and v; without correction, 1
+        corrections = {"m_correction": 1.0, "v_correction": 1.0}  # what divides m and v
+        if self.bias_correction:  # 1 - b**t at the step t of the update being computed
+            step = tf.cast(self.iterations + 1, var_dtype)
+            corrections = {name: 1.0 - tf.pow(tf.constant(beta, var_dtype), step)
+                           for name, beta in (("m_correction", self.beta_1), ("v_correction", self.beta_2))}
         apply_state[(var_device, var_dtype)].update(
-            m_correction=1.0 - tf.pow(tf.constant(self.beta_1, var_dtype), step) if corrected else 1.0,
-            v_correction=1.0 - tf.pow(tf.constant(self.beta_2, var_dtype), step) if corrected else 1.0,
+            **corrections,
             beta_1=tf.constant(self.beta_1, var_dtype),
             one_minus_beta_1=tf.constant(1.0 - self.beta_1, var_dtype),
             beta_2=tf.constant(self.beta_2, var_dtype),
