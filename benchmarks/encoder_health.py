@@ -24,7 +24,7 @@ the first N rows of `--probe-train` and scored on `--probe-dev` (default SST-2's
 sentences' label can still be read off the encoder, however small its spread beside a shared
 direction (which a cosine near 1 cannot tell).
 Why: an `electra` run whose discriminator collapsed to the prior fine-tuned to the majority class
-on every task (benchmarks/RESULTS.md, the paper replication), and this shows where its gradient
+on every task (experiments/electra_vs_mlm/REPORT.md), and this shows where its gradient
 goes. PyTorch and transformers are needed (a diagnostic, like the peers' benchmarks).
 """
 

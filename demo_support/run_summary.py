@@ -11,7 +11,7 @@ from typing import Dict
 
 # the held-out loss must be this far (in nats) under the constant predictor's to count as learning
 LEARNING_MARGIN = 0.005
-REPLICATION = "benchmarks/replicate_paper.py (results in benchmarks/RESULTS.md)"
+REPLICATION = "experiments/electra_vs_mlm/replicate_paper.py (results in its REPORT.md)"
 
 
 def discriminator_learned(metrics: Dict[str, float]) -> bool:
@@ -45,8 +45,8 @@ def summarize_run(first: Dict[str, float], final: Dict[str, float], scale: str) 
                      f"chance). At this scale the "
                      f"generator soon matches the corpus's word frequencies, which removes the easy "
                      f"cue, and the model is too small and too briefly trained to learn the "
-                     f"contextual ones. An independent PyTorch implementation does the same "
-                     f"(benchmarks/RESULTS.md); it is the scale, not a defect.")
+                     f"contextual ones. An independent PyTorch implementation does the same on the "
+                     f"replication's data (experiments/electra_vs_mlm/REPORT.md).")
     lines += ["What it cannot show: whether the encoder transfers better than one pretrained with "
               "MLM at equal compute, the paper's claim. That needs hours of pretraining and GLUE "
               f"fine-tuning: {REPLICATION}.",

@@ -64,7 +64,7 @@ def test_demo_keeps_the_paper_recipe_and_reports_every_held_out_example(demo_run
     assert [row[0] for row in rows] == ["0", "20"]
     assert float(rows[-1][1]) == pytest.approx(results["disc_auc"], abs=1e-4)
     summary = out[out.index("[7/7]"):]
-    assert "What it cannot show" in summary and "benchmarks/replicate_paper.py" in summary
+    assert "What it cannot show" in summary and "experiments/electra_vs_mlm/replicate_paper.py" in summary
     assert f"{results['disc_loss_constant_predictor']:.4f}" in summary
 
 

@@ -1,5 +1,5 @@
 """The docs cannot drift from the code: every command shown in README.md, docs/*.md,
-benchmarks/RESULTS.md and benchmarks/replication/REPORT.md that runs one of the scripts parses
+benchmarks/RESULTS.md and experiments/electra_vs_mlm/REPORT.md that runs one of the scripts parses
 with that script's own parser, every `--hparams` JSON names only fields of the config it sets,
 and the hparam and flag tables name only real hparams and flags (a flag table lists all of its
 script's flags), and relative links lead to files."""
@@ -19,7 +19,7 @@ from finetune.config import FinetuningConfig
 from finetune.tasks import check_user_tasks
 from script_helpers import REPO, load_script, script_call
 
-DOCS = [REPO / "README.md", REPO / "benchmarks" / "RESULTS.md", REPO / "benchmarks" / "replication" / "REPORT.md",
+DOCS = [REPO / "README.md", REPO / "benchmarks" / "RESULTS.md", REPO / "experiments" / "electra_vs_mlm" / "REPORT.md",
         *sorted((REPO / "docs").glob("*.md"))]
 # Which config a script's --hparams (or a page's hparam tables) set.
 HPARAMS_CONFIG = {"run_pretraining.py": PretrainingConfig, "convert_checkpoint.py": PretrainingConfig,
@@ -184,7 +184,7 @@ def heading_anchors(page: Path) -> set:
 def test_fidelity_citations_name_a_section():
     """Code, tests and docs cite the original's behaviours as `docs/fidelity.md#<section>`."""
     anchors = heading_anchors(REPO / "docs" / "fidelity.md")
-    files = [path for folder in ("electra_tf", "pretrain_data", "finetune", "tests", "benchmarks", "docs")
+    files = [path for folder in ("electra_tf", "pretrain_data", "finetune", "tests", "benchmarks", "experiments", "docs")
              for path in (REPO / folder).rglob("*") if path.suffix in (".py", ".md")]
     cited = [(path, anchor) for path in files + [REPO / "README.md"]
              for anchor in re.findall(r"fidelity\.md#([\w-]+)", path.read_text(encoding="utf-8"))]

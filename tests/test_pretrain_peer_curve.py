@@ -1,4 +1,4 @@
-"""benchmarks/pretrain_peer_curve.py, the independent pretraining it compares our runs with: its
+"""experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py, the independent pretraining it compares our runs with: its
 masking, schedule, sampling, labels, losses and AUC are the original's (docs/fidelity.md, #masking to
 #metrics, and docs/fidelity.md#optimizer-and-schedule), its ELECTRA shares what the original shares
 (docs/fidelity.md#tying), and it reads our log's windows right."""
@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.pretrain_peer_curve import (SLOTS, adamw_step, build_models, disc_loss, fake_input, gumbel_max,
-                                            learning_rate, mask, original_init, our_windows, roc_auc, trainable)
+from experiments.electra_vs_mlm.diagnostics.pretrain_peer_curve import (
+    SLOTS, adamw_step, build_models, disc_loss, fake_input, gumbel_max, learning_rate, mask, original_init, our_windows,
+    roc_auc, trainable)
 
 
 def peer_batch(lengths):

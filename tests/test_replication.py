@@ -1,4 +1,4 @@
-"""benchmarks/replicate_paper.py in parts: the paper's FLOPs accounting, the pre-registered
+"""experiments/electra_vs_mlm/replicate_paper.py in parts: the paper's FLOPs accounting, the pre-registered
 decision rule, budgets, run locking and the clock a replication keeps. The whole run (`--quick`
 end to end, stage 1's stop without a regime): test_replication_runs.py; the workers' time
 records: test_replication_worker.py; the status lines, the extrapolation and the ordering on
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "experiments" / "electra_vs_mlm"))
 
 import replicate_paper  # noqa: E402
 from paper_replication import batching, runner  # noqa: E402
@@ -192,7 +192,7 @@ def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
     (a session's end kills the run but leaves its file), is ignored with a warning."""
     out = tmp_path / "out"
     out.mkdir()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "benchmarks/replicate_paper.py"])
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "experiments/electra_vs_mlm/replicate_paper.py"])
     try:
         cmdline = Path(f"/proc/{live.pid}/cmdline")
         for _ in range(100):  # until the child has exec'd (before, it shows pytest's command line)
@@ -208,7 +208,7 @@ def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
     finally:
         live.kill()
         live.wait()
-    code = ("import signal, sys; from pathlib import Path; sys.path.insert(0, 'benchmarks'); "
+    code = ("import signal, sys; from pathlib import Path; sys.path.insert(0, 'experiments/electra_vs_mlm'); "
             "from paper_replication.runner import RunLock\n"
             f"with RunLock(Path({str(out)!r})) as lock: print(open(lock.path).read())\n"
             "print('SIGTERM handler restored:', signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, file=sys.stderr)")

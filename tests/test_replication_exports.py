@@ -1,4 +1,4 @@
-"""The replication's committed HF exports (benchmarks/replication/hf/) are what its table says,
+"""The replication's committed HF exports (experiments/electra_vs_mlm/results/hf/) are what its table says,
 read by HF transformers alone: `bert`'s MLM model fills held-out [MASK]s at about its reported
 accuracy (0.302 where the input shows [MASK]), `electra`'s discriminator loads whole and, as its
 held-out loss says, scores every real token near the replaced-token prior."""
@@ -10,7 +10,7 @@ import transformers
 
 from process_helpers import REPO
 
-EXPORTS = REPO / "benchmarks" / "replication" / "hf"
+EXPORTS = REPO / "experiments" / "electra_vs_mlm" / "results" / "hf"
 HELD_OUT = "corpus/enwiki_2015_wikiextractor/AA/wiki_79"  # one of the 3 files the replication holds out
 
 

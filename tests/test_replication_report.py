@@ -1,4 +1,4 @@
-"""benchmarks/replicate_paper.py's reading of results: `--status` lines, the extrapolation of the
+"""experiments/electra_vs_mlm/replicate_paper.py's reading of results: `--status` lines, the extrapolation of the
 decision rule when stage 1 finds no regime, and the Table 5 ordering with its seed spread. Pure
 Python on synthetic summaries (the end-to-end report is in test_replication_runs.py)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "experiments" / "electra_vs_mlm"))
 
 from paper_replication import status  # noqa: E402
 from paper_replication.settings import QUICK  # noqa: E402
@@ -100,7 +100,7 @@ def test_the_extrapolation_flags_far_forecasts_and_longer_pilots_that_measured_p
                       "FLOPs from step 0 (~28 h on this machine, ~0.6 h on one GPU); pilot_c, with the same vocab and "
                       "learning rate and a longer schedule, did not transfer at 2.00e+16 FLOPs")
     assert line_c.endswith("no extrapolation: on these lines the rule holds only over 1,000,000x past it")
-    assert gpu.startswith("one GPU: `python benchmarks/replicate_paper.py --output-dir DIR --results-dir DIR/results "
+    assert gpu.startswith("one GPU: `python experiments/electra_vs_mlm/replicate_paper.py --output-dir DIR --results-dir DIR/results "
                           "--clock wall` runs this plan there in at most its 30 h cap")
     stage["runs"] = [_pilot("pilot_b", [(1e14, -2.0), (1e15, -1.5)])]  # the margin at 1e20: 100,000x past
     (line_b, _) = extrapolation(stage, REAL)

@@ -1,4 +1,4 @@
-"""benchmarks/replicate_paper.py run whole: `--quick` end to end (the pipeline, resumption with
+"""experiments/electra_vs_mlm/replicate_paper.py run whole: `--quick` end to end (the pipeline, resumption with
 no finished unit redone, `--status`, the format of results.json / table.md, never the numbers,
 which mean nothing at that size, and a new machine's replanning), and stage 1's stop without a
 regime at the real settings (the committed pilots plus a faked pilot (c))."""
@@ -17,8 +17,8 @@ import numpy
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "replicate_paper.py"
-sys.path.insert(0, str(REPO / "benchmarks"))
+SCRIPT = REPO / "experiments" / "electra_vs_mlm" / "replicate_paper.py"
+sys.path.insert(0, str(REPO / "experiments" / "electra_vs_mlm"))
 
 from paper_replication import runner  # noqa: E402
 from paper_replication.extrapolation import GPU_FLOPS_PER_SECOND, hours  # noqa: E402
@@ -161,7 +161,7 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     """The committed results of pilots (a) and (b), and a pilot (c) that does not transfer (fake
     results): stage 1 is complete without a regime, stage 2 is never planned, the run stops with
     the reason, and the report carries the extrapolation (FLOPs, hours here and on one GPU)."""
-    committed = REPO / "benchmarks" / "replication"
+    committed = REPO / "experiments" / "electra_vs_mlm" / "results"
     results = tmp_path / "results"
     shutil.copytree(committed / "vocab", results / "vocab")
     for path in (committed / "units" / "s1").iterdir():
@@ -203,7 +203,7 @@ def test_stage1_without_a_regime_stops_and_reports_the_extrapolation(tmp_path, s
     roots.append((1.0 - mean_fit[1]) / mean_fit[0])
     assert f"per 10x FLOPs sst {fits['sst'][0]:+.2f}, mrpc {fits['mrpc'][0]:+.2f}" in line
     assert math.log10(flops) == pytest.approx(max(roots), abs=0.01)
-    assert stage["extrapolation"][-1].startswith("one GPU: `python benchmarks/replicate_paper.py ")
+    assert stage["extrapolation"][-1].startswith("one GPU: `python experiments/electra_vs_mlm/replicate_paper.py ")
     table = (results / "table.md").read_text()
     assert line in table and "| pilot_c | learned | 0.001 | 9936 |" in table
     lines = status(ctx)
@@ -241,7 +241,7 @@ def _real_stage2(tmp_path: Path, shared_data: Path, per_pass: float, pretrain_ho
     (`_fake_stage2`) until it is whole: (its Context, its results dir). With `frozen_budget`, stage
     2's budget is the real one, frozen when it was planned (a later re-run of a stage-1 data unit,
     as on a new machine, adds its time to stage 1 but never moves it)."""
-    committed = REPO / "benchmarks" / "replication"
+    committed = REPO / "experiments" / "electra_vs_mlm" / "results"
     results = tmp_path / "results"
     shutil.copytree(committed / "vocab", results / "vocab")
     shutil.copytree(committed / "units" / "s1", results / "units" / "s1")
@@ -393,7 +393,7 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
     assert ("- bert: at its last checkpoint (1.79e+15 FLOPs) gains GLUE average +0.00; per 10x FLOPs GLUE "
             "average +0.00; no extrapolation: GLUE average's gain does not change with FLOPs and stays below 1"
             ) in stage2_text
-    assert "\n- one GPU: `python benchmarks/replicate_paper.py --output-dir DIR " in stage2_text
+    assert "\n- one GPU: `python experiments/electra_vs_mlm/replicate_paper.py --output-dir DIR " in stage2_text
     lines = status(ctx)
     assert "stage 3: not run" in lines and "stage 4: 90 done, 0 remaining" in lines
     # the total: stages 1-3 are what the cap counts, stage 4 is outside it

@@ -1,4 +1,4 @@
-"""The replication's workers and estimates (benchmarks/paper_replication): the time of every unit
+"""The replication's workers and estimates (experiments/electra_vs_mlm/paper_replication): the time of every unit
 stays on record when a session stops a worker, a resumed run records only what it trained, a
 failure to record a segment stops training, and the ETA counts only what remains to train."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "electra_vs_mlm"))
 
 from paper_replication.settings import QUICK  # noqa: E402
 from paper_replication.units import Context, Unit  # noqa: E402

@@ -19,7 +19,7 @@ def test_a_discriminator_at_the_constant_predictor_is_reported_as_not_learning()
     assert "has not learned" in text and "0.3937" in text and "0.535" in text
     assert "2 layers, 600 steps" in text and "0.000 -> 0.180" in text
     assert "over those showing [MASK] 0.000 -> 0.035" in text
-    assert "What it cannot show" in text and "benchmarks/replicate_paper.py" in text
+    assert "What it cannot show" in text and "experiments/electra_vs_mlm/replicate_paper.py" in text
 
 
 def test_a_discriminator_clearly_below_the_constant_predictor_is_reported_as_learning():

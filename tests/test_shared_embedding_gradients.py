@@ -1,4 +1,4 @@
-"""benchmarks/shared_embedding_gradients.py: the generator's and the discriminator's gradients to
+"""experiments/electra_vs_mlm/diagnostics/shared_embedding_gradients.py: the generator's and the discriminator's gradients to
 the shared embeddings add up to the training step's, Adam's memory reads the checkpoint's slots,
 and a model dir it cannot measure gives one clear error."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.shared_embedding_gradients import gradient_split, load, loss_gradients, main, shared_variables
+from experiments.electra_vs_mlm.diagnostics.shared_embedding_gradients import gradient_split, load, loss_gradients, main, shared_variables
 from electra_tf.checkpoints import model_dir
 from electra_tf.config import PretrainingConfig
 from pretrain_data.input_pipeline import make_dataset

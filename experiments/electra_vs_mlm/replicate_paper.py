@@ -1,13 +1,13 @@
 """Does ELECTRA beat MLM at equal pretraining compute on this machine? (issue #17)
 
-    python benchmarks/replicate_paper.py --output-dir /work/replication [--stage S] [--quick]
+    python experiments/electra_vs_mlm/replicate_paper.py --output-dir /work/replication [--stage S] [--quick]
         [--status] [--report] [--max-units N] [--clock {machine,wall}]
 
 Stage 1 finds a regime where BERT-MLM pretraining beats random init (go/no-go), stage 2
 pretrains electra and bert with the same FLOPs and fine-tunes them on five GLUE dev sets, stage 3
 runs the paper's ablations. The plan, pre-registered before any result, is the docstring of
-benchmarks/paper_replication/settings.py; stage 4, three diagnostics of `electra` outside the
-plan and its cap, was added there after stage 2's `electra` had run (fixed in RESULTS.md before
+experiments/electra_vs_mlm/paper_replication/settings.py; stage 4, three diagnostics of `electra` outside the
+plan and its cap, was added there after stage 2's `electra` had run (fixed in REPORT.md before
 any of them ran). Every unit writes a small result JSON under `<output-dir>/units/` and
 `<results-dir>/units/` (committed); rerunning the same command resumes and never redoes a
 finished unit. Keep `--output-dir` outside the checkout (e.g.
@@ -22,18 +22,19 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[1:1] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages and paper_replication beside us
+REPO = Path(__file__).resolve().parents[2]
+EXPERIMENT = Path(__file__).resolve().parent
+sys.path[1:1] = [str(REPO), str(EXPERIMENT)]  # this checkout's packages and paper_replication beside us
 
 
 def build_parser() -> argparse.ArgumentParser:
     from electra_tf.cli import script_parser
     from paper_replication.runner import CLOCKS
-    parser = script_parser(__doc__, "nice -n 19 .venv/bin/python benchmarks/replicate_paper.py "
+    parser = script_parser(__doc__, "nice -n 19 .venv/bin/python experiments/electra_vs_mlm/replicate_paper.py "
                                     "--output-dir /work/replication --status")
     parser.add_argument("--output-dir", required=True, help="data, checkpoints, logs (outside the checkout)")
     parser.add_argument("--results-dir", default=None,
-                        help="small result files, results.json, table.md, PNGs (default: benchmarks/replication; "
+                        help="small result files, results.json, table.md, PNGs (default: results/ beside this script; "
                              "with --quick, OUTPUT/results)")
     parser.add_argument("--stage", type=int, choices=(1, 2, 3, 4), default=4,
                         help="run stages 1..S (4: the diagnostics, outside the plan and the cap)")
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
         return 2
     output = Path(args.output_dir).resolve()
     results = Path(args.results_dir) if args.results_dir else (
-        output / "results" if args.quick else REPO / "benchmarks" / "replication")
+        output / "results" if args.quick else EXPERIMENT / "results")
     ctx = Context(QUICK if args.quick else REAL, output, results.resolve(), REPO, shared.resolve())
     refused = settle_clock(ctx, args.clock)
     if refused:

@@ -125,7 +125,7 @@ def extrapolation(stage: dict, settings: Settings, glue_average: bool = False,
         lines.append(text)
     if lines:
         first = settings.pilots[0].hours
-        lines.append(f"one GPU: `python benchmarks/replicate_paper.py --output-dir DIR --results-dir DIR/results "
+        lines.append(f"one GPU: `python experiments/electra_vs_mlm/replicate_paper.py --output-dir DIR --results-dir DIR/results "
                      f"--clock wall` runs this plan there in at most its {settings.cap_hours:g} h cap, every budget "
                      f"counting the GPU's wall hours (its first {first:g}-hour pilot alone would be "
                      f"~{first * 3600 * GPU_FLOPS_PER_SECOND:.1e} FLOPs); the GPU times above assume "

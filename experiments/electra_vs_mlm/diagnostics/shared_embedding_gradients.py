@@ -1,6 +1,6 @@
 """Who trains the embeddings that ELECTRA's generator and discriminator share? The gradient each loss sends them.
 
-    python benchmarks/shared_embedding_gradients.py MODEL_DIR --records GLOB [--step N ...]
+    python experiments/electra_vs_mlm/diagnostics/shared_embedding_gradients.py MODEL_DIR --records GLOB [--step N ...]
                                                    [--batches 4] [--batch-size 128] [--seed 0]
 
 MODEL_DIR is a pretraining model dir (config.json, vocab.txt, ckpt-N) of the `electra` objective.
@@ -19,7 +19,7 @@ architecture at random init, it runs the training forward pass on `--batches` ba
   steps are smaller than today's gradients alone would make them, by about its square root.
 Why: the replication's `electra` generator stayed near the unigram level for all 4,520 steps, and
 one suspect was that the discriminator's 50x-weighted loss steers the table the two share
-(benchmarks/RESULTS.md, the paper replication). This measures at which steps it does.
+(experiments/electra_vs_mlm/REPORT.md). This measures at which steps it does.
 """
 
 import argparse
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -1,4 +1,4 @@
-"""The pre-registered plan of `benchmarks/replicate_paper.py` (issue #17), fixed before any result.
+"""The pre-registered plan of `experiments/electra_vs_mlm/replicate_paper.py` (issue #17), fixed before any result.
 
 Question: at equal pretraining FLOPs, does ELECTRA's replaced token detection give a better
 encoder than BERT's masked language modelling on this CPU machine (paper Table 5 and Figure 4)?
@@ -61,7 +61,7 @@ substitute; below 0.5 h each, stage 3 is not run and the report says so. Final c
 fine-tuned as in stage 2; every checkpoint is evaluated.
 
 Stage 4, diagnostics, added on 2026-11-27 after stage 2's `electra` had stayed near the prior
-(RESULTS.md, "Next diagnostics, fixed before they run", is their pre-registration, written before
+(REPORT.md, "Next diagnostics, fixed before they run", is their pre-registration, written before
 any of them ran). Outside the plan above and its cap: three `electra` runs at the regime, each
 with one setting changed (`DIAGNOSTICS`), each evaluated at 25 / 50 / 75 / 100 % and its final
 discriminator fine-tuned as in stage 2, against stage 2's models and random init. Reading: a run
@@ -92,7 +92,7 @@ class Diagnostic:
     flops_matched: bool = False  # stage 2's FLOPs at this step's cost, rather than `electra`'s steps
 
 
-# In the order they run (RESULTS.md, 2026-11-27): the released Small's generator width, the
+# In the order they run (REPORT.md, 2026-11-27): the released Small's generator width, the
 # generator with its own embeddings, the original's learning rate for Small.
 DIAGNOSTICS = (Diagnostic("full_generator", (("generator_hidden_size", 1.0),), flops_matched=True),
                Diagnostic("untied_embeddings", (("untied_generator_embeddings", True),)),

@@ -26,6 +26,7 @@ from paper_replication.units import CHUNK_TASK, GLUE_FOLDERS, Context, Unit
 from paper_replication.worker import IDLE
 
 PRINTING = threading.Lock()
+EXPERIMENT = Path(__file__).resolve().parents[1]  # paper_replication's folder, on the worker's path
 MARKER = re.compile(r"@@(start|end) (\S+) (\d+\.\d)")  # worker._mark's line
 CLOCKS = ("machine", "wall")  # what budgets count (settle_clock)
 
@@ -209,7 +210,7 @@ class Worker:
         self.busy = False  # a spec sent, its IDLE not yet read
 
     def _start(self) -> subprocess.Popen:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(self.ctx.repo), str(self.ctx.repo / "benchmarks")]),
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(self.ctx.repo), str(EXPERIMENT)]),
                    TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), PYTHONUNBUFFERED="1")
         return subprocess.Popen([sys.executable, "-m", "paper_replication.worker"], cwd=self.ctx.repo, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

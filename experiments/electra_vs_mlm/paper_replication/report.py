@@ -232,7 +232,7 @@ def write_table(results: dict, path: Path) -> None:
         title = {1: "Stage 1: the regime (BERT-MLM pilots against random init)",
                  2: "Stage 2: ELECTRA vs. BERT at equal FLOPs (GLUE dev)",
                  3: "Stage 3: the ablations (Table 5 as measured)",
-                 4: "Stage 4: diagnostics of electra (outside the plan and the cap; fixed in RESULTS.md before "
+                 4: "Stage 4: diagnostics of electra (outside the plan and the cap; fixed in REPORT.md before "
                     "they ran)"}[stage["stage"]]
         if stage["budget"].get("substitute"):
             title = "Stage 3, SUBSTITUTE: all five objectives at a smaller common budget (Table 5 as measured)"

@@ -23,9 +23,9 @@ drawn without replacement, as the replication's runs pin `mask_with_replacement:
 biases, global-norm clipping at 1.0, linear decay from step 0 to 0 at the run's full step count
 times a linear warm-up factor).
 
-    .venv/bin/python benchmarks/pretrain_peer_curve.py --data-dir /work/replication/data/learned_seq128 \
+    .venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --data-dir /work/replication/data/learned_seq128 \
         --ours-log /work/replication/logs/stage1.log --ours-run s1/pilot_a [--steps 300]
-    .venv/bin/python benchmarks/pretrain_peer_curve.py --objective electra --data-dir \
+    .venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --objective electra --data-dir \
         /work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage2.log \
         --ours-run s2/s2_electra --total-steps 4520 --warmup 271
 
@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 from electra_tf.cli import script_parser  # noqa: E402
@@ -260,12 +260,12 @@ def trainable(**models):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python benchmarks/pretrain_peer_curve.py --data-dir "
+    parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --data-dir "
                            "/work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage1.log")
     parser.add_argument("--objective", choices=("bert", "electra"), default="bert",
                         help="MLM alone, or generator and discriminator trained jointly")
     parser.add_argument("--data-dir", required=True, help="the replication's data dir of one vocab (train/, eval/)")
-    parser.add_argument("--vocab-file", default=str(REPO / "benchmarks/replication/vocab/learned_8192.txt"),
+    parser.add_argument("--vocab-file", default=str(REPO / "experiments/electra_vs_mlm/results/vocab/learned_8192.txt"),
                         help="the vocab the data dir was built with")
     parser.add_argument("--ours-log", default=None, help="the replication's log, for the side-by-side windows")
     parser.add_argument("--ours-run", default="s1/pilot_a", help="the run of --ours-log to compare with")

@@ -312,7 +312,7 @@ def plan_stage4(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
         units += [export] + finetune_units(ctx, 4, regime.vocab, (CHUNK_TASK,) + s.glue_tasks, run, run.steps,
                                            export)
     return StagePlan(units, complete=True, runs=runs, budget={"hours_each": hours, "flops_each": flops2}, notes=[
-        "diagnostics outside the plan and the cap, fixed in RESULTS.md before they ran: "
+        "diagnostics outside the plan and the cap, fixed in REPORT.md before they ran: "
         + ", ".join(f"{run.name} {run.steps} steps" for run in runs)])
 
 
