@@ -76,13 +76,14 @@ def pretrain(data_dir: Path, vocab_size: int, args) -> None:
     """Steps 4-7: pretrain the tiny preset, show its curves and replaced token detection, sum up."""
     import shutil
 
-    from demo_support.curves import eval_curve_table, plot_training_curves, read_scalars
+    from demo_support.curves import eval_curve_table, plot_training_curves
     from demo_support.rtd_inspection import replaced_token_table
     from demo_support.run_summary import summarize_run
     from electra_tf.config import PretrainingConfig, has_rtd_loss
     from electra_tf.hparams import load_hparams
     from electra_tf.tokenization import load_vocab
     from electra_tf.training import pretraining_runner
+    from electra_tf.training.reporting import read_scalars
     from pretrain_data.inspection import held_out_example
     from pretrain_data.input_pipeline import pretraining_dataset_fns
 

@@ -9,12 +9,9 @@ input-blind predictor, so a reader sees whether the discriminator learned anythi
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Tuple
 
-import tensorflow as tf
-from tensorflow.core.util import event_pb2
+from electra_tf.training.reporting import read_scalars
 
-Series = List[Tuple[int, float]]
 # (split, tag, label) per line; one panel per tuple of lines
 PANELS = (
     ("generator MLM loss", (("train", "masked_lm_loss", "train"),)),
@@ -30,17 +27,6 @@ PANELS = (
 TABLE_COLUMNS = (("disc_auc", "real-token AUC"), ("masked_lm_accuracy", "gen. accuracy"),
                  ("masked_lm_accuracy_at_mask", "at [MASK]"), ("sampled_masked_lm_accuracy", "sample=orig"),
                  ("disc_loss", "disc_loss"), ("disc_loss_constant_predictor", "constant pred."))
-
-
-def read_scalars(log_dir) -> Dict[str, Series]:
-    """{tag: [(step, value), ...]} of every scalar in the event files of `log_dir`, by step."""
-    series = defaultdict(list)
-    for path in sorted(Path(log_dir).glob("events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(str(path)):
-            event = event_pb2.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                series[value.tag].append((event.step, float(tf.make_ndarray(value.tensor))))
-    return {tag: sorted(points) for tag, points in series.items()}
 
 
 def plot_training_curves(model_dir, output_png) -> Path:

@@ -77,7 +77,7 @@ def test_demo_refuses_an_objective_without_replaced_token_detection(demo_run):
 
 def test_training_curves_are_read_back_from_tensorboard_logs(tmp_path):
     import tensorflow as tf
-    from demo_support.curves import read_scalars
+    from electra_tf.training.reporting import read_scalars
     with tf.summary.create_file_writer(str(tmp_path)).as_default():
         for step, value in ((10, 3.0), (20, 2.5)):
             tf.summary.scalar("disc_loss", value, step=step)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from demo_support import curves
+from electra_tf.training import reporting
 from electra_tf.training.interruption import Interruption
 from finetune.runner import TENSORBOARD, Trial
 from finetune.task_data import load_task_data, make_tokenizer
@@ -19,9 +19,9 @@ STEPS, PER_EPOCH = 12, 6
 
 
 def read_scalars(directory) -> dict:
-    """{tag: {step: value}} of the event files under `directory` (the demo's curve reader)."""
+    """{tag: {step: value}} of the event files under `directory` (the library's reader)."""
     assert list(directory.glob("events.out.tfevents.*")), directory
-    return {tag: dict(points) for tag, points in curves.read_scalars(directory).items()}
+    return {tag: dict(points) for tag, points in reporting.read_scalars(directory).items()}
 
 
 @pytest.fixture(scope="module")

@@ -84,25 +84,28 @@ def test_peer_optimizer_is_adamw_without_bias_correction():
         np.testing.assert_allclose(p.detach().numpy(), [1.0, -2.0] - 0.1 * step, rtol=1e-6)
 
 
-def test_peer_curve_reads_only_one_runs_full_windows(tmp_path):
-    """Our metrics restart with each segment, so a segment's first line (and the first after a
-    resume) can cover fewer steps than the window: only full windows of the named run count, and a
-    window a resumed segment repeats keeps its first value."""
-    def line(step, loss):
-        return f"step {step}/300 (x%) loss {loss} masked_lm_loss {loss} masked_lm_accuracy 0.1 | x 1.0"
-    log = tmp_path / "stage1.log"
-    log.write_text("\n".join([
-        "@@start s1/pilot_b/pretrain/75 0.0", line(50, 9.0), "@@end s1/pilot_b/pretrain/75 1.0",
-        "@@start s1/pilot_a/pretrain/75 0.0", line(50, 7.0), "@@end s1/pilot_a/pretrain/75 1.0",
-        "@@start s1/pilot_a/pretrain/300 0.0", line(100, 6.9), line(150, 6.8), line(200, 6.7),
-        "@@start s1/pilot_a/pretrain/300 0.0", "resuming from /m/pilot_a/ckpt-180", line(200, 6.6), line(250, 6.5),
-        # killed after step 250 with ckpt-200 its last save: the full window to 250 comes again
-        "@@start s1/pilot_a/pretrain/300 0.0", "resuming from /m/pilot_a/ckpt-200", line(250, 6.4), line(300, 6.3),
-        "@@end s1/pilot_a/pretrain/300 2.0"]) + "\n")
-    windows = our_windows(str(log), "s1/pilot_a", 50)
-    assert {step: (w["masked_lm_loss"], w["masked_lm_accuracy"]) for step, w in windows.items()} == {
-        50: (7.0, 0.1), 150: (6.8, 0.1), 200: (6.7, 0.1), 250: (6.5, 0.1), 300: (6.3, 0.1)}  # the first 250 kept
-    assert windows[50] == {"loss": 7.0, "masked_lm_loss": 7.0, "masked_lm_accuracy": 0.1}  # nothing past "|"
+def test_peer_curve_reads_our_full_windows_from_tensorboard(tmp_path):
+    """Our run's metrics start afresh in each process (one events file each), from a checkpoint the
+    file does not name, so a file's first point can cover fewer steps than the window: it counts
+    only at step `window`; every other point counts when the one before it in its file is a window
+    earlier; a window that a resumed process repeats keeps its first value."""
+    import tensorflow as tf
+    processes = [[(50, 7.0), (100, 6.9)],  # from step 0
+                 [(100, 6.85), (150, 6.8), (200, 6.7)],  # resumed from ckpt-75: 100 covers 25 steps
+                 [(200, 6.65), (250, 6.5), (300, 6.3)],  # from ckpt-180
+                 [(250, 6.4), (300, 6.2)]]  # from ckpt-200 (killed, redone): 300 was already read
+    for points in processes:
+        writer = tf.summary.create_file_writer(str(tmp_path / "train"))
+        with writer.as_default():
+            for step, loss in points:
+                for name, value in (("loss", loss), ("masked_lm_loss", loss), ("masked_lm_accuracy", 0.1)):
+                    tf.summary.scalar(name, value, step=step)
+                writer.flush()
+        writer.close()
+    windows = our_windows(str(tmp_path), 50)
+    assert {step: round(w["masked_lm_loss"], 4) for step, w in windows.items()} == {
+        50: 7.0, 100: 6.9, 150: 6.8, 200: 6.7, 250: 6.5, 300: 6.3}
+    assert set(windows[50]) == {"loss", "masked_lm_loss", "masked_lm_accuracy"}
 
 
 def test_fake_input_writes_the_sample_into_every_used_slot():

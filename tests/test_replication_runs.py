@@ -93,6 +93,12 @@ def test_quick_runs_every_stage_and_resumes_without_redoing_units(tmp_path, shar
     assert segment["train_log"] and segment["train_log"][-1]["step"] == wide["steps"]
     assert all({"step", "loss", "masked_lm_loss", "disc_auc", "grad_norm"} <= set(e) for e in segment["train_log"])
     assert wide["train_log"][-len(segment["train_log"]):] == segment["train_log"]  # results.json: every segment's
+    # read from the run's TensorBoard scalars: the values its progress lines printed, and the rest
+    printed = {int(step): float(loss) for step, loss in re.findall(
+        r"^step (\d+)/\d+ .*? masked_lm_loss ([\d.]+) ", (out / "logs" / "stage4.log").read_text(), flags=re.M)}
+    logged = {entry["step"]: entry["masked_lm_loss"] for entry in segment["train_log"]}
+    assert logged == pytest.approx({step: printed[step] for step in logged}, abs=6e-5)
+    assert all({"learning_rate", "disc_accuracy", "replaced_fraction"} <= set(e) for e in segment["train_log"])
 
     table = (out / "results" / "table.md").read_text()
     assert "| model | steps | FLOPs | STS-B | GLUE avg |" in table

@@ -2,6 +2,7 @@
 stays on record when a session stops a worker, a resumed run records only what it trained, a
 failure to record a segment stops training, and the ETA counts only what remains to train."""
 
+import io
 import json
 import signal
 import sys
@@ -40,6 +41,15 @@ def _write_checkpoint(model_dir: Path, step: int) -> None:
         f'all_model_checkpoint_paths: "ckpt-{k}"\n' for k in kept))
 
 
+def _log(model_dir: Path, points) -> None:
+    """What one training process's Reporter writes at its logged steps: the TensorBoard scalars
+    under `model_dir/train`, one events file a process."""
+    from electra_tf.training.reporting import Reporter
+    with Reporter(model_dir, total_steps=30, batch_size=4, chief=True, stream=io.StringIO()) as reporter:
+        for step, values in points:
+            reporter.scalars("train", step, values)
+
+
 def _segment_units(tmp_path: Path, steps) -> list:
     return [{"id": f"s1/run/pretrain/{step}", "params": {
         "run": "run", "hparams": {"model_dir": str(tmp_path / "model"), "num_train_steps": max(steps)},
@@ -62,9 +72,8 @@ def test_a_run_resumed_past_its_segments_records_only_what_it_trained(tmp_path, 
         _write_checkpoint(model_dir, step)
 
     def train(hparams, stream):
-        for step in (28, 30):  # the runner's progress lines
-            stream.write(f"step {step}/30 ({100 * step / 30:.1f}%) loss 2.5000 masked_lm_loss 1.{step} disc_auc 0.6000 "
-                         f"grad_norm 1.2500 | 3.0 examples/s | lr 1e-05 | elapsed 1s ETA 0s\n")
+        _log(model_dir, [(step, {"loss": 2.5, "masked_lm_loss": float(f"1.{step}"), "disc_auc": 0.6, "grad_norm": 1.25})
+                         for step in (28, 30)])
         _write_checkpoint(model_dir, 30)
 
     monkeypatch.setattr(worker, "_pretraining", train)
@@ -93,9 +102,7 @@ def test_a_run_trained_again_from_scratch_times_all_its_steps(tmp_path, monkeypa
     model_dir.mkdir()
 
     def train(hparams, stream):
-        for step in (5, 10, 15, 20):
-            stream.write(f"step {step}/20 ({5 * step:.1f}%) loss 2.5000 | 3.0 examples/s | lr 1e-05 | "
-                         "elapsed 1s ETA 0s\n")
+        _log(model_dir, [(step, {"loss": 2.5}) for step in (5, 10, 15, 20)])
         _write_checkpoint(model_dir, 20)
 
     monkeypatch.setattr(worker, "_pretraining", train)
@@ -269,13 +276,11 @@ def test_a_segment_keeps_the_training_log_of_a_worker_stopped_inside_it(tmp_path
     _write_checkpoint(model_dir, 10)
     units = _segment_units(tmp_path, (20,))  # from step 10
 
-    def log(stream, *steps):
-        for step in steps:
-            stream.write(f"step {step}/20 ({5 * step:.1f}%) loss {step}.0000 grad_norm nan | 1.0 examples/s | lr 0 "
-                         f"| elapsed 1s ETA 0s\n")
+    def log(*steps):
+        _log(model_dir, [(step, {"loss": float(step), "grad_norm": float("nan")}) for step in steps])
 
     def stopped_at_15(hparams, stream):
-        log(stream, 12, 14)
+        log(12, 14)
         for _ in range(500):  # until the watcher has kept the log with the worker's time (at most 5 s)
             records = store.unrecorded("s1/run/pretrain/20")
             if records and len(records[0]["train_log"]) == 2:
@@ -288,7 +293,7 @@ def test_a_segment_keeps_the_training_log_of_a_worker_stopped_inside_it(tmp_path
     with pytest.raises(KeyboardInterrupt):
         worker.do_pretrain(units, store)
     monkeypatch.setattr(worker, "_pretraining",
-                        lambda hparams, stream: (log(stream, 16, 18, 20), _write_checkpoint(model_dir, 20)))
+                        lambda hparams, stream: (log(16, 18, 20), _write_checkpoint(model_dir, 20)))
     worker.do_pretrain(units, store)
     train_log = store.read("s1/run/pretrain/20")["train_log"]
     assert [entry["step"] for entry in train_log] == [12, 14, 16, 18, 20]

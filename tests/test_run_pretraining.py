@@ -54,7 +54,7 @@ def test_trains_checkpoints_evaluates_and_resumes(data_dir, capsys):
     assert 0.0 < results["disc_loss"] < 1.0 and 0.0 < results["masked_lm_loss"] < math.log(30522) + 1.0
     assert "masked_lm_accuracy_at_mask " in out and "(at [MASK] " in out
     # the gradient's norm before clipping, per logged interval, on the console and in TensorBoard
-    from demo_support.curves import read_scalars
+    from electra_tf.training.reporting import read_scalars
     norms = [float(m) for m in re.findall(r"^step \d+/40 .* grad_norm ([\d.]+) \|", out, flags=re.M)]
     assert len(norms) == 4 and all(0.0 < norm < 1e4 for norm in norms)
     assert [value for _, value in read_scalars(model_dir / "train")["grad_norm"]] == pytest.approx(norms, abs=1e-4)
@@ -234,7 +234,7 @@ def small_held_out_set(data_dir, path, count: int) -> str:
 def test_evaluation_covers_every_held_out_example_and_records_a_curve(data_dir, tmp_path, capsys):
     """A held-out set smaller than eval_batch_size is read whole (the last batch is partial), and
     eval_every_steps leaves one TensorBoard point per evaluation with the real-token metrics."""
-    from demo_support.curves import read_scalars
+    from electra_tf.training.reporting import read_scalars
     count = 45  # the demo's held-out set: 45 examples, eval batches of 32 and 13
     held_out = small_held_out_set(data_dir, tmp_path / "eval.tfrecord", count)
     code, out, err = run(data_dir, "eval_all", capsys, num_train_steps=20, eval_every_steps=10,

@@ -5,7 +5,9 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -133,6 +135,43 @@ def drop_torn_records(directory) -> List[str]:
             os.truncate(path, whole)
             cut.append(path)
     return cut
+
+
+def event_files(log_dir) -> List[Path]:
+    """The TensorBoard events files a Reporter (or fine-tuning's writer) left in `log_dir`, oldest
+    first: one per process that wrote there (a resumed run adds one)."""
+    return sorted(Path(log_dir).glob("events.out.tfevents.*"))
+
+
+def logged_points(events_file) -> List[Tuple[int, Dict[str, float]]]:
+    """(step, {tag: value}) per logging point of one events file, in the order written: what the
+    console's progress line showed at that step, and every other scalar. A record still being
+    written (the file of a live run) ends the reading; the next read gets it whole."""
+    from tensorflow.core.util import event_pb2
+    points: List[Tuple[int, Dict[str, float]]] = []
+    try:
+        for record in tf.data.TFRecordDataset(str(events_file)):
+            event = event_pb2.Event.FromString(record.numpy())
+            values = {value.tag: float(tf.make_ndarray(value.tensor)) for value in event.summary.value}
+            if not values:
+                continue  # the file's version record
+            if points and points[-1][0] == event.step:
+                points[-1][1].update(values)  # one scalar an event: a point's tags arrive one by one
+            else:
+                points.append((event.step, values))
+    except tf.errors.DataLossError:
+        pass
+    return points
+
+
+def read_scalars(log_dir) -> Dict[str, List[Tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of every scalar under `log_dir`, sorted by step."""
+    series = defaultdict(list)
+    for path in event_files(log_dir):
+        for step, values in logged_points(path):
+            for tag, value in values.items():
+                series[tag].append((step, value))
+    return {tag: sorted(points) for tag, points in series.items()}
 
 
 def write_results(results: Dict[str, float], json_path, txt_path) -> None:

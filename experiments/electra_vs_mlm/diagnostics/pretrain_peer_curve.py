@@ -3,7 +3,8 @@
 The step-parity test proves our step's math for a given batch; it does not cover what reaches the
 step (the TFRecords as our input pipeline reads them, the in-graph masking and sampling) nor a
 whole run. This script trains an independent implementation of the same shape on the same TFRecord
-files and prints its training metrics per window of steps beside the same windows of our run's log.
+files and prints its training metrics per window of steps beside the same windows of our run's
+TensorBoard scalars.
 Matching curves point to the regime; a clearly faster peer points to a defect on our side.
 
 - `--objective bert` (the replication's pilots): HF transformers' `ElectraForMaskedLM`.
@@ -24,10 +25,10 @@ biases, global-norm clipping at 1.0, linear decay from step 0 to 0 at the run's 
 times a linear warm-up factor).
 
     .venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --data-dir /work/replication/data/learned_seq128 \
-        --ours-log /work/replication/logs/stage1.log --ours-run s1/pilot_a [--steps 300]
+        --ours /work/replication/models/pilot_a [--steps 300]
     .venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --objective electra --data-dir \
-        /work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage2.log \
-        --ours-run s2/s2_electra --total-steps 4520 --warmup 271
+        /work/replication/data/learned_seq128 --ours /work/replication/models/s2_electra \
+        --total-steps 4520 --warmup 271
 
 Differences from our run that remain:
 - initialisation: HF draws every matrix from a normal of 0.02; ours, as the original, from one
@@ -179,28 +180,20 @@ def adamw_step(named_params, state, lr):
             p.sub_(lr * update)
 
 
-def our_windows(log_path: str, run: str, window: int):
-    """{step: {metric: value}} of the full `window`-step windows of one run (e.g. "s1/pilot_a") in
-    the replication's log: its progress lines (`step N/TOTAL (x%) loss L masked_lm_loss L ... | ...`)
-    inside the run's `@@start <run>/pretrain/...` blocks. A line counts only when the previous
-    progress line (or the checkpoint the block resumed from) was `window` steps before: our metrics
-    restart with each segment, so a segment's first line can cover fewer steps. A resumed segment
-    repeats steps: the first full window is kept."""
-    progress = re.compile(r"step (\d+)/\d+ \([^)]*\) ([^|]*)")
-    windows, inside, previous, segment_end = {}, False, 0, 0
-    for line in Path(log_path).read_text().splitlines():
-        if line.startswith("@@start "):
-            inside = line.split()[1].startswith(f"{run}/pretrain/")
-            previous = segment_end  # a segment starts from the last finished one's checkpoint
-        elif line.startswith(f"@@end {run}/pretrain/"):
-            segment_end = int(line.split()[1].rsplit("/", 1)[1])
-        elif inside and (resumed := re.search(r"resuming from .*ckpt-(\d+)", line)):
-            previous = int(resumed.group(1))
-        elif inside and (match := progress.search(line)):
-            step = int(match.group(1))
-            if step - previous == window and step not in windows:
-                pairs = match.group(2).split()
-                windows[step] = {name: float(value) for name, value in zip(pairs[::2], pairs[1::2])}
+def our_windows(model_dir: str, window: int):
+    """{step: {metric: value}} of the full `window`-step windows of our run, from the scalars it
+    logged for TensorBoard under `model_dir/train` (electra_tf.training.reporting). Each events file
+    there is one process's training, whose metrics start afresh from the checkpoint it resumed
+    from, which the file does not name: its first point counts only at step `window` (a start from
+    step 0), any other only when the point before it in the file is `window` steps earlier. A
+    resumed run repeats steps: the first full window is kept."""
+    from electra_tf.training.reporting import event_files, logged_points
+    windows = {}
+    for path in event_files(Path(model_dir) / "train"):
+        previous = 0
+        for index, (step, values) in enumerate(logged_points(path)):
+            if step - previous == window and step not in windows and (index > 0 or step == window):
+                windows[step] = values
             previous = step
     return windows
 
@@ -261,14 +254,14 @@ def trainable(**models):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = script_parser(__doc__.split("\n")[0], ".venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --data-dir "
-                           "/work/replication/data/learned_seq128 --ours-log /work/replication/logs/stage1.log")
+                           "/work/replication/data/learned_seq128 --ours /work/replication/models/pilot_a")
     parser.add_argument("--objective", choices=("bert", "electra"), default="bert",
                         help="MLM alone, or generator and discriminator trained jointly")
     parser.add_argument("--data-dir", required=True, help="the replication's data dir of one vocab (train/, eval/)")
     parser.add_argument("--vocab-file", default=str(REPO / "experiments/electra_vs_mlm/results/vocab/learned_8192.txt"),
                         help="the vocab the data dir was built with")
-    parser.add_argument("--ours-log", default=None, help="the replication's log, for the side-by-side windows")
-    parser.add_argument("--ours-run", default="s1/pilot_a", help="the run of --ours-log to compare with")
+    parser.add_argument("--ours", default=None,
+                        help="our run's model dir (its train/ TensorBoard scalars), for the side-by-side windows")
     parser.add_argument("--with-replacement", action="store_true",
                         help="draw masked positions with replacement, as the original (the replication: without)")
     parser.add_argument("--steps", type=int, default=300, help="training steps of the peer")
@@ -324,7 +317,7 @@ def main():
     rng = np.random.default_rng(args.seed)
     state = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in named}
     names, history, scored = METRICS[args.objective], [], []
-    ours = our_windows(args.ours_log, args.ours_run, args.window) if args.ours_log else {}
+    ours = our_windows(args.ours, args.window) if args.ours else {}
     print(f"{'steps':>11} " + " ".join(f"{'peer ' + n:>24} {'ours':>8}" for n in names) + "   s/step")
     started = time.time()
     batches = read_batches(str(Path(args.data_dir) / "train" / "*.tfrecord*"), args.batch, args.seed)

@@ -26,8 +26,8 @@ import uuid
 from pathlib import Path
 
 from electra_tf.cli import use_pooled_cpu_allocator, use_tf_keras_only
-from paper_replication.progress_log import Tee
 from paper_replication.store import Store
+from paper_replication.training_log import TrainingLog
 from paper_replication.units import checkpoint_fingerprint, cpu_description, latest_checkpoint_step
 
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
@@ -118,11 +118,17 @@ def _pretraining(hparams: dict, stream):
 
 
 def do_throughput(params: dict, output_dir: Path) -> dict:
+    """The step's speed on the machine alone: the library's examples/s at each logged step but the
+    first (whose interval holds the tracing), in wall seconds, times the run's wall over machine
+    seconds (a machine shared with other work shrinks the first, not the second)."""
     hparams = params["hparams"]
     shutil.rmtree(hparams["model_dir"], ignore_errors=True)
-    tee = Tee(machine_seconds)
-    _pretraining(hparams, tee)
-    rates = tee.steps_per_second()  # between progress lines: tracing (before the first) left out
+    log, stopwatch = TrainingLog(hparams["model_dir"]), Stopwatch()
+    _pretraining(hparams, sys.stdout)
+    spent = stopwatch.elapsed()
+    to_machine = spent["seconds"] / spent["machine_seconds"]
+    rates = [values["examples_per_second"] * to_machine / hparams["train_batch_size"]
+             for _, values in log.points()[1:]]
     examples = statistics.median(rates) * hparams["train_batch_size"]
     shutil.rmtree(hparams["model_dir"], ignore_errors=True)
     return {"examples_per_machine_second": examples, "tokens_per_machine_second": examples * hparams["max_seq_length"],
@@ -208,7 +214,7 @@ def do_pretrain(units: list, store: Store) -> None:
                                f"delete {model_dir} to pretrain this run again")
     stopwatch, state = Stopwatch(), {"from": resumed}  # the time and first step of the segment being trained
     worker = _worker_name()
-    tee = Tee(machine_seconds)
+    log = TrainingLog(model_dir)
     _mark("start", pending[0]["id"])
 
     def collect():
@@ -232,7 +238,7 @@ def do_pretrain(units: list, store: Store) -> None:
                 "tokens_per_machine_second": tokens / machine if steps > 0 < machine else None,
                 "flops": step * params["flops_per_step"], "worker": worker,
                 "train_log": [earlier[k] for k in sorted(earlier)]
-                             + [entry for entry in tee.log if first < entry["step"] <= step]})
+                             + [entry for entry in log.entries() if first < entry["step"] <= step]})
             store.clear_unrecorded(unit["id"], worker)  # its time is in the unit file now
             _mark("end", unit["id"], seconds)
             stopwatch.restart()
@@ -242,7 +248,7 @@ def do_pretrain(units: list, store: Store) -> None:
         if pending:  # this worker's time and log on the segment so far, kept should it be stopped before the end
             store.write_unrecorded(pending[0]["id"], worker, {
                 "from_step": state["from"], **stopwatch.elapsed(),
-                "train_log": [entry for entry in tee.log
+                "train_log": [entry for entry in log.entries()
                               if entry["step"] > max(state["from"], pending[0]["params"]["from_step"])]})
 
     stop, failed, needed_no_more = threading.Event(), [], []
@@ -268,7 +274,7 @@ def do_pretrain(units: list, store: Store) -> None:
             watcher.start()
             try:
                 try:
-                    _pretraining(hparams, tee)
+                    _pretraining(hparams, sys.stdout)
                 finally:
                     stop.set()
                     watcher.join()
