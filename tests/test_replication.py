@@ -187,24 +187,21 @@ def test_a_unit_run_again_keeps_its_earlier_time(tmp_path):
     assert ctx.spent([unit], machine=False) == 38.0
 
 
-def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
-    """A live run is refused; a pid file that is damaged, or names a pid another program has now
-    (a session's end kills the run but leaves its file), is ignored with a warning."""
+def test_run_lock_refuses_a_live_run_and_takes_over_a_gone_ones(tmp_path):
+    """A live run is refused, naming its pid and how to pause it; the lock a killed run left (a
+    session's end kills it), whatever its file holds, is taken over (with a notice naming the
+    holder, where the file still names one), and released
+    with its file removed and SIGTERM's handler restored at the end."""
     out = tmp_path / "out"
     out.mkdir()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "experiments/electra_vs_mlm/replicate_paper.py"])
+    hold = ("import sys, time; from pathlib import Path; sys.path.insert(0, 'experiments/electra_vs_mlm'); "
+            "from paper_replication.runner import RunLock\n"
+            f"with RunLock(Path({str(out)!r})):\n    print('held', flush=True); time.sleep(60)")
+    live = subprocess.Popen([sys.executable, "-c", hold], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
-        cmdline = Path(f"/proc/{live.pid}/cmdline")
-        for _ in range(100):  # until the child has exec'd (before, it shows pytest's command line)
-            if b"replicate_paper" in cmdline.read_bytes():
-                break
-            time.sleep(0.05)
-        ticks = runner._start_ticks(live.pid)
-        for record in ({"pid": live.pid, "pgid": 4242}, {"pid": live.pid, "pgid": 4242, "start_ticks": ticks}):
-            (out / "run.pid").write_text(json.dumps(record))  # as written before start times were kept, and now
-            with pytest.raises(SystemExit, match=f"another run \\(pid {live.pid}\\) is active .* kill -STOP -4242"):
-                runner.RunLock(out).__enter__()
-        assert not runner._a_run(live.pid, {"start_ticks": ticks - 1})  # its pid, another process's start
+        assert live.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit, match=f"in use by another process \\(pid {live.pid} .* kill -STOP -{live.pid}"):
+            runner.RunLock(out).__enter__()
     finally:
         live.kill()
         live.wait()
@@ -212,13 +209,25 @@ def test_run_lock_refuses_a_live_run_and_ignores_a_damaged_pid_file(tmp_path):
             "from paper_replication.runner import RunLock\n"
             f"with RunLock(Path({str(out)!r})) as lock: print(open(lock.path).read())\n"
             "print('SIGTERM handler restored:', signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, file=sys.stderr)")
-    for content, warning in ((json.dumps({"pid": os.getpid(), "pgid": 4242}), "which is now another program"),
-                             ('{"pid": 12', "run.pid is damaged")):  # live but not a run (pytest); cut short
-        (out / "run.pid").write_text(content)
+    for content in (None, json.dumps({"pid": os.getpid(), "pgid": 4242}), '{"pid": 12'):  # the killed holder's; old; cut
+        if content is not None:
+            (out / "run.pid").write_text(content)
+        said = "taking over the lock of replication output dir" if content != '{"pid": 12' else ""
         entered = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert entered.returncode == 0, entered.stderr
         assert json.loads(entered.stdout)["pid"] > 0 and not (out / "run.pid").exists()  # its own, then removed
-        assert warning in entered.stderr and "SIGTERM handler restored: True" in entered.stderr
+        assert said in entered.stderr and "SIGTERM handler restored: True" in entered.stderr
+
+
+def test_planning_loads_no_tensorflow():
+    """The runner plans, and --status reports, in plain Python: TensorFlow loads in the workers only."""
+    code = ("import sys; sys.path[:0] = ['.', 'experiments/electra_vs_mlm']; import replicate_paper; "
+            "import paper_replication.runner, paper_replication.status, paper_replication.report; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_keras', 'torch')))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO / "experiments" / "electra_vs_mlm",
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"
 
 
 def _segments(run: str, count: int, root: Path):

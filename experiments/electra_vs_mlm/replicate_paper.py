@@ -12,8 +12,8 @@ any of them ran). Every unit writes a small result JSON under `<output-dir>/unit
 `<results-dir>/units/` (committed); rerunning the same command resumes and never redoes a
 finished unit. Keep `--output-dir` outside the checkout (e.g.
 /work/replication): it holds the data, checkpoints and logs, which the work tree must not.
-Start the long run niced; `<output-dir>/run.pid` names its process group, so
-`kill -STOP -<pgid>` pauses it (and its worker) and `kill -CONT -<pgid>` resumes it.
+Start the long run niced; `<output-dir>/run.pid` names its pid, which leads its process group, so
+`kill -STOP -<pid>` pauses it (and its workers) and `kill -CONT -<pid>` resumes it.
 Hours (budgets, the cap) are machine hours: CPU time over the cores. On a dedicated machine with
 a GPU, `--clock wall` makes them wall hours, in a replication of its own.
 """

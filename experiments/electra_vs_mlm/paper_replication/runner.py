@@ -13,10 +13,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import List, Optional
 
+from electra_tf.dir_lock import DirLock
+from electra_tf.errors import DirectoryInUse
 from electra_tf.progress import format_duration as duration
 from paper_replication import batching
 from paper_replication.eta import Estimator
@@ -86,65 +87,32 @@ def prepare_glue(ctx: Context) -> None:
 
 
 class RunLock:
-    """`<output>/run.pid` ({"pid", "pgid"}) while a run is active; refuses a second run."""
+    """The library's writer lock (electra_tf.dir_lock) on the output dir while a run is active, in
+    `<output>/run.pid`, which names the holder's pid: a second run is refused; a holder that is gone
+    (a session's end kills the run) is taken over. The run leads its own process group, so
+    `kill -STOP -<pid>` pauses it and its workers; SIGTERM unwinds (the workers stopped, the lock
+    released and its file removed)."""
 
     def __init__(self, output_dir: Path):
         self.path = output_dir / "run.pid"
+        self.lock = DirLock(output_dir, self.path, "replication output dir",
+                            report=lambda line: print(line, file=sys.stderr, flush=True))
 
     def __enter__(self):
-        current = read_json(self.path)  # None when missing or damaged
-        pid = (current or {}).get("pid")
-        if isinstance(pid, int) and pid != os.getpid() and _alive(pid) and not _a_run(pid, current):
-            print(f"warning: {self.path} names pid {pid}, which is now another program (the session that "
-                  "wrote it ended); ignoring it", file=sys.stderr)
-        elif isinstance(pid, int) and pid != os.getpid() and _alive(pid):
-            group = current.get("pgid", pid)
-            raise SystemExit(f"error: another run (pid {pid}) is active on {self.path.parent}; "
-                             f"pause it with kill -STOP -{group}, resume with kill -CONT -{group}")
+        try:
+            self.lock.__enter__()
+        except DirectoryInUse as error:
+            holder = (read_json(self.path) or {}).get("pid", "<pid>")
+            raise SystemExit(f"error: {error}. Pause it with kill -STOP -{holder}, resume with "
+                             f"kill -CONT -{holder}") from None
         if os.getpgrp() != os.getpid():
-            os.setpgid(0, 0)  # its own process group, so kill -STOP -<pgid> pauses it and its workers only
-        # SIGTERM unwinds: the worker is stopped, this file removed
+            os.setpgid(0, 0)  # its own process group, so kill -STOP -<pid> pauses it and its workers only
         self.previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        write_json(self.path, {"pid": os.getpid(), "pgid": os.getpgrp(), "started": time.time(),
-                               "start_ticks": _start_ticks(os.getpid())})
         return self
 
     def __exit__(self, *exc):
-        self.path.unlink(missing_ok=True)
         signal.signal(signal.SIGTERM, self.previous)
-
-
-def _a_run(pid: int, record: dict) -> bool:
-    """Whether the live process `pid` is the run that wrote `record` (run.pid): the same start time
-    (or, in a file written before it was kept, a command line naming replicate_paper). A session's
-    end kills the run without removing run.pid, and a later process may get its pid."""
-    ticks = _start_ticks(pid)
-    if record.get("start_ticks") is not None and ticks is not None:
-        return ticks == record["start_ticks"]
-    try:
-        return b"replicate_paper" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # gone meanwhile, or no /proc: trust the pid
-        return _alive(pid)
-
-
-def _start_ticks(pid: int) -> Optional[int]:
-    """When the process started, in clock ticks since boot (/proc/<pid>/stat's 22nd field); None
-    without /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        self.lock.__exit__()
 
 
 def _run_lanes(workers: List["Worker"], stage: "Stage", lanes: List[List[Unit]]) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from electra_tf.cli import use_pooled_cpu_allocator, use_tf_keras_only
 from paper_replication.store import Store
-from paper_replication.training_log import TrainingLog
 from paper_replication.units import checkpoint_fingerprint, cpu_description, latest_checkpoint_step
 
 WATCH_SECONDS = 2.0  # how often a pretraining worker records its segments and its time
@@ -121,6 +120,7 @@ def do_throughput(params: dict, output_dir: Path) -> dict:
     """The step's speed on the machine alone: the library's examples/s at each logged step but the
     first (whose interval holds the tracing), in wall seconds, times the run's wall over machine
     seconds (a machine shared with other work shrinks the first, not the second)."""
+    from paper_replication.training_log import TrainingLog
     hparams = params["hparams"]
     shutil.rmtree(hparams["model_dir"], ignore_errors=True)
     log, stopwatch = TrainingLog(hparams["model_dir"]), Stopwatch()
@@ -203,6 +203,7 @@ def _sigint_raises():
 
 def do_pretrain(units: list, store: Store) -> None:
     """Runs the units' pretraining run to its end, recording each segment when its probe is copied."""
+    from paper_replication.training_log import TrainingLog
     hparams = units[0]["params"]["hparams"]
     model_dir = Path(hparams["model_dir"])
     pending = sorted(units, key=lambda u: u["params"]["step"])
@@ -339,8 +340,8 @@ HANDLERS = {"vocab": do_vocab, "build": do_build, "throughput": do_throughput, "
 # module first imported midway would be the code on disk by then, mixed with what it loaded
 # before (a run once failed so: `cannot import name` after an edit). One worker, one version.
 UNIT_MODULES = ("electra_tf.checkpoints.hf", "electra_tf.checkpoints.model_dir", "electra_tf.config",
-                "electra_tf.training.pretraining_runner", "finetune.config", "finetune.runner",
-                "pretrain_data.build", "pretrain_data.input_pipeline", "pretrain_data.vocab_learning",
+                "electra_tf.training.pretraining_runner", "paper_replication.training_log", "finetune.config",
+                "finetune.runner", "pretrain_data.build", "pretrain_data.input_pipeline", "pretrain_data.vocab_learning",
                 "safetensors.numpy", "tensorflow", "tf_keras")
 
 
