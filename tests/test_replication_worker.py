@@ -71,7 +71,7 @@ def test_a_run_resumed_past_its_segments_records_only_what_it_trained(tmp_path, 
     for step in (10, 20, 25):
         _write_checkpoint(model_dir, step)
 
-    def train(hparams, stream):
+    def train(hparams):
         _log(model_dir, [(step, {"loss": 2.5, "masked_lm_loss": float(f"1.{step}"), "disc_auc": 0.6, "grad_norm": 1.25})
                          for step in (28, 30)])
         _write_checkpoint(model_dir, 30)
@@ -101,7 +101,7 @@ def test_a_run_trained_again_from_scratch_times_all_its_steps(tmp_path, monkeypa
     model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
     model_dir.mkdir()
 
-    def train(hparams, stream):
+    def train(hparams):
         _log(model_dir, [(step, {"loss": 2.5}) for step in (5, 10, 15, 20)])
         _write_checkpoint(model_dir, 20)
 
@@ -123,7 +123,7 @@ def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypa
     model_dir, store, trained = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results"), []
     model_dir.mkdir()
 
-    def training(hparams, stream):
+    def training(hparams):
         _write_checkpoint(model_dir, 10)
         for _ in range(500):  # steps 11-20, up to 5 s
             time.sleep(0.01)
@@ -153,7 +153,7 @@ def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch, sigint_at_st
     model_dir, store, trained = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results"), []
     model_dir.mkdir()
 
-    def training(hparams, stream):
+    def training(hparams):
         _write_checkpoint(model_dir, 10)
         for _ in range(500):  # steps, up to 5 s
             time.sleep(0.01)
@@ -186,7 +186,7 @@ def test_a_failure_recorded_after_training_returned_still_names_its_cause(tmp_pa
     model_dir, store = tmp_path / "model", Store(tmp_path / "out", tmp_path / "results")
     model_dir.mkdir()
 
-    def training(hparams, stream):
+    def training(hparams):
         _write_checkpoint(model_dir, 10)
         assert copying.wait(5)  # the watcher is copying the probe when training returns
 
@@ -222,7 +222,7 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
             time.sleep(0.01)
         raise AssertionError("the watcher never recorded the worker's time")
 
-    def stopped_after_step_15(hparams, stream):
+    def stopped_after_step_15(hparams):
         train(7.0)
         checkpoint(10)
         time.sleep(0.1)  # the watcher records segment 10
@@ -242,7 +242,7 @@ def test_a_stopped_workers_time_still_counts(tmp_path, monkeypatch):
     assert (left["from_step"], left["machine_seconds"]) == (10, 3.0)
     assert not (tmp_path / "out" / "units" / "s1" / "run" / "pretrain" / "10.unrecorded").exists()  # cleared
 
-    monkeypatch.setattr(worker, "_pretraining", lambda hparams, stream: (train(5.0), checkpoint(20)))
+    monkeypatch.setattr(worker, "_pretraining", lambda hparams: (train(5.0), checkpoint(20)))
     worker.do_pretrain(units[1:], store)
     finished = store.read("s1/run/pretrain/20")
     assert (finished["steps_timed"], finished["machine_seconds"]) == (10, 5.0)
@@ -279,7 +279,7 @@ def test_a_segment_keeps_the_training_log_of_a_worker_stopped_inside_it(tmp_path
     def log(*steps):
         _log(model_dir, [(step, {"loss": float(step), "grad_norm": float("nan")}) for step in steps])
 
-    def stopped_at_15(hparams, stream):
+    def stopped_at_15(hparams):
         log(12, 14)
         for _ in range(500):  # until the watcher has kept the log with the worker's time (at most 5 s)
             records = store.unrecorded("s1/run/pretrain/20")
@@ -293,7 +293,7 @@ def test_a_segment_keeps_the_training_log_of_a_worker_stopped_inside_it(tmp_path
     with pytest.raises(KeyboardInterrupt):
         worker.do_pretrain(units, store)
     monkeypatch.setattr(worker, "_pretraining",
-                        lambda hparams, stream: (log(16, 18, 20), _write_checkpoint(model_dir, 20)))
+                        lambda hparams: (log(16, 18, 20), _write_checkpoint(model_dir, 20)))
     worker.do_pretrain(units, store)
     train_log = store.read("s1/run/pretrain/20")["train_log"]
     assert [entry["step"] for entry in train_log] == [12, 14, 16, 18, 20]

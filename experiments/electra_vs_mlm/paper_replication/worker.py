@@ -105,7 +105,7 @@ def do_build(params: dict, output_dir: Path) -> dict:
     return stats
 
 
-def _pretraining(hparams: dict, stream):
+def _pretraining(hparams: dict):
     """Trains / evaluates a PretrainingConfig of `hparams`; returns the results dict."""
     from electra_tf.config import PretrainingConfig
     from electra_tf.training import pretraining_runner
@@ -113,7 +113,7 @@ def _pretraining(hparams: dict, stream):
     config = PretrainingConfig.from_hparams(Path(hparams["model_dir"]).name, hparams["model_dir"], hparams)
     check_pretraining_data(config)
     train_fn, eval_fn = pretraining_dataset_fns(config)
-    return pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config), stream).results
+    return pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config), sys.stdout).results
 
 
 def do_throughput(params: dict, output_dir: Path) -> dict:
@@ -124,7 +124,7 @@ def do_throughput(params: dict, output_dir: Path) -> dict:
     hparams = params["hparams"]
     shutil.rmtree(hparams["model_dir"], ignore_errors=True)
     log, stopwatch = TrainingLog(hparams["model_dir"]), Stopwatch()
-    _pretraining(hparams, sys.stdout)
+    _pretraining(hparams)
     spent = stopwatch.elapsed()
     to_machine = spent["seconds"] / spent["machine_seconds"]
     rates = [values["examples_per_second"] * to_machine / hparams["train_batch_size"]
@@ -275,7 +275,7 @@ def do_pretrain(units: list, store: Store) -> None:
             watcher.start()
             try:
                 try:
-                    _pretraining(hparams, sys.stdout)
+                    _pretraining(hparams)
                 finally:
                     stop.set()
                     watcher.join()
@@ -291,7 +291,7 @@ def do_pretrain(units: list, store: Store) -> None:
 
 def do_eval(params: dict, output_dir: Path) -> dict:
     shutil.rmtree(params["hparams"]["model_dir"], ignore_errors=True)
-    return {"step": params["step"], "flops": params["flops"], "metrics": _pretraining(params["hparams"], sys.stdout)}
+    return {"step": params["step"], "flops": params["flops"], "metrics": _pretraining(params["hparams"])}
 
 
 def do_finetune(params: dict, output_dir: Path) -> dict:
