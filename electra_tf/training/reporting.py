@@ -7,7 +7,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -119,18 +119,24 @@ class Reporter:
         self.writers[split].flush()
 
 
+def whole_records(events_file) -> Iterator[bytes]:
+    """The whole records of one TensorBoard events file, in order. A record cut midway (a write a
+    full disk stopped, or a live run's record still being written) ends the file here, where
+    TensorFlow's record reader raises a DataLossError."""
+    try:
+        for record in tf.data.TFRecordDataset(str(events_file)):
+            yield record.numpy()
+    except tf.errors.DataLossError:
+        return
+
+
 def drop_torn_records(directory) -> List[str]:
     """Cuts each TensorBoard events file under `directory` back to its last whole record, where a
     write stopped midway (a full disk) left part of one: TensorBoard reads such a file up to the cut,
-    but TensorFlow's record readers stop there with a DataLossError. Returns the files cut."""
+    but TensorFlow's record readers stop there. Returns the files cut."""
     cut = []
     for path in sorted(glob.glob(os.path.join(glob.escape(str(directory)), "events.out.tfevents.*"))):
-        whole = 0
-        try:
-            for record in tf.data.TFRecordDataset(path):
-                whole += RECORD_FRAMING + len(record.numpy())
-        except tf.errors.DataLossError:
-            pass
+        whole = sum(RECORD_FRAMING + len(record) for record in whole_records(path))
         if whole < os.path.getsize(path):
             os.truncate(path, whole)
             cut.append(path)
@@ -149,18 +155,15 @@ def logged_points(events_file) -> List[Tuple[int, Dict[str, float]]]:
     written (the file of a live run) ends the reading; the next read gets it whole."""
     from tensorflow.core.util import event_pb2
     points: List[Tuple[int, Dict[str, float]]] = []
-    try:
-        for record in tf.data.TFRecordDataset(str(events_file)):
-            event = event_pb2.Event.FromString(record.numpy())
-            values = {value.tag: float(tf.make_ndarray(value.tensor)) for value in event.summary.value}
-            if not values:
-                continue  # the file's version record
-            if points and points[-1][0] == event.step:
-                points[-1][1].update(values)  # one scalar an event: a point's tags arrive one by one
-            else:
-                points.append((event.step, values))
-    except tf.errors.DataLossError:
-        pass
+    for record in whole_records(events_file):
+        event = event_pb2.Event.FromString(record)
+        values = {value.tag: float(tf.make_ndarray(value.tensor)) for value in event.summary.value}
+        if not values:
+            continue  # the file's version record
+        if points and points[-1][0] == event.step:
+            points[-1][1].update(values)  # one scalar an event: a point's tags arrive one by one
+        else:
+            points.append((event.step, values))
     return points
 
 
