@@ -6,6 +6,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# What the scripts do at start-up (electra_tf.cli.use_tf_keras_only), here before any test imports
+# TensorFlow: no Keras 3 in the test processes, nor in the many fresh processes they start, which
+# inherit it (1.5-2 s of each one's start). test_tf_keras_only removes it where it tests the default.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -3,7 +3,8 @@ chunking and SQuAD 1.1 to the weights one device reaches (same global batch, sam
 off), and scores dev the same (SQuAD: the same answers), for the summed loss (the original's) and
 the mean over the global batch.
 
-Two logical CPUs are fixed when TensorFlow starts, so the trials run in a fresh subprocess."""
+Two logical CPUs are fixed when TensorFlow starts, so the trials run in a fresh subprocess, one for
+all four cases."""
 
 import json
 import os
@@ -15,8 +16,9 @@ import pytest
 from process_helpers import REPO
 from test_finetuning import data_dir, run_cli  # noqa: F401 (data_dir: MRPC and a tiny pretrained model)
 
-# Trains one trial on one device (TF's default strategy) and one under MirroredStrategy over two
-# logical CPUs from the same weights; prints {max |weight difference|, both trials' dev scores}.
+# For each case, trains one trial on one device (TF's default strategy) and one under MirroredStrategy
+# over two logical CPUs from the same weights; prints RESULT <case> {max |weight difference|, both
+# trials' dev scores}.
 # Batches of 15 and 25 rows split 7/8 and 12/13 over the replicas; MRPC's 96 training examples
 # end each epoch with a smaller batch of 6.
 SCRIPT = """
@@ -35,61 +37,71 @@ from finetune.runner import Trial
 from finetune.task_data import load_task_data, make_tokenizer
 
 finetune.heads.HEAD_DROPOUT = 0.0  # the [CLS] heads' dropout (the encoder's is off through the config)
-data_dir, values = sys.argv[1], json.loads(sys.argv[2])
-config = FinetuningConfig.from_hparams("tiny", data_dir, values)
-data = load_task_data(config, make_tokenizer(config))
-trained, start = {}, None
-for name, strategy in (("one", None), ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
-    trial = Trial(config, data, 1, io.StringIO(), strategy)
-    trial.initialise()
-    if start is None:
-        start = [v.numpy() for v in trial.model.variables]
-    for variable, value in zip(trial.model.variables, start):  # the same head initialisation
-        variable.assign(value)
-    with Interruption(io.StringIO()) as interrupt:
-        scores = trial.train(interrupt)
-    answers = {path.name: json.loads(path.read_text()) for path in Path(config.results_dir).glob("*_qa/*_preds.json")}
-    trained[name] = (trial.strategy.num_replicas_in_sync, [v.numpy() for v in trial.model.variables], scores, answers)
-(n1, one, one_scores, one_answers), (n2, mirrored, mirrored_scores, mirrored_answers) = trained.values()
-print("RESULT " + json.dumps({"replicas": [n1, n2], "moved": max(float(np.abs(a - b).max()) for a, b in zip(one, start)),
-      "difference": max(float(np.abs(a - b).max()) for a, b in zip(one, mirrored)),
-      "scores": [one_scores, mirrored_scores], "answers": [one_answers, mirrored_answers]}))
+data_dir, cases = sys.argv[1], json.loads(sys.argv[2])
+# one strategy for every case: two in one process would reuse the same collective instance keys
+mirrored_strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+for case, values in cases.items():
+    config = FinetuningConfig.from_hparams("tiny", data_dir, values)
+    data = load_task_data(config, make_tokenizer(config))
+    trained, start = {}, None
+    for name, strategy in (("one", None), ("mirrored", mirrored_strategy)):
+        trial = Trial(config, data, 1, io.StringIO(), strategy)
+        trial.initialise()
+        if start is None:
+            start = [v.numpy() for v in trial.model.variables]
+        for variable, value in zip(trial.model.variables, start):  # the same head initialisation
+            variable.assign(value)
+        with Interruption(io.StringIO()) as interrupt:
+            scores = trial.train(interrupt)
+        answers = {path.name: json.loads(path.read_text())
+                   for path in Path(config.results_dir).glob("*_qa/*_preds.json")}
+        trained[name] = (trial.strategy.num_replicas_in_sync, [v.numpy() for v in trial.model.variables], scores,
+                         answers)
+    (n1, one, one_scores, one_answers), (n2, mirrored, mirrored_scores, mirrored_answers) = trained.values()
+    print(f"RESULT {case} " + json.dumps({
+        "replicas": [n1, n2], "moved": max(float(np.abs(a - b).max()) for a, b in zip(one, start)),
+        "difference": max(float(np.abs(a - b).max()) for a, b in zip(one, mirrored)),
+        "scores": [one_scores, mirrored_scores], "answers": [one_answers, mirrored_answers]}), flush=True)
 """
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 # float32 rounding: the replicas' gradients are summed in another order than one device's batch
 WEIGHT_TOLERANCE = 1e-5
 
 
-def two_replica_result(data_dir, values) -> dict:  # noqa: F811
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    hparams = {"model_size": "tiny", "max_seq_length": 32, "train_batch_size": 15, "eval_batch_size": 25,
-               "max_examples": 48, "num_train_epochs": 1.0, "learning_rate": 1e-3, "iterations_per_loop": 100,
-               "model_hparam_overrides": NO_DROPOUT, **values}
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(data_dir), json.dumps(hparams)], env=env, cwd=REPO,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    return json.loads(line.removeprefix("RESULT "))
-
-
 # SQuAD 1.1: 24 questions of each file, in windows of 128 tokens; batches of 15 and 25 windows
-# split over the replicas as above
-SQUAD = {"task_names": ["squadv1"], "max_seq_length": 128, "max_examples": 24}
+# split over the replicas as above. SQuAD comes last: the answers read are its run's alone.
+CASES = {"mrpc-sum": {"task_names": ["mrpc"]}, "mrpc-mean": {"task_names": ["mrpc"], "loss_reduction": "mean"},
+         "chunk": {"task_names": ["chunk"]},
+         "squad": {"task_names": ["squadv1"], "max_seq_length": 128, "max_examples": 24}}
 TASK_FILES = {"chunk": {"train.txt": ("conll2000", "train.txt"), "dev.txt": ("conll2000", "test.txt")},
               "squadv1": {"train.json": ("squad", "train-v1.1-subset-44articles.json"),
                           "dev.json": ("squad", "dev-v1.1.json")}}
 
 
-@pytest.mark.parametrize("values", [{"task_names": ["mrpc"]}, {"task_names": ["mrpc"], "loss_reduction": "mean"},
-                                    {"task_names": ["chunk"]}, SQUAD], ids=["mrpc-sum", "mrpc-mean", "chunk", "squad"])
-def test_two_replicas_train_the_one_device_model(data_dir, shared_data, values):  # noqa: F811
+@pytest.fixture(scope="module")
+def two_replica_results(data_dir, shared_data) -> dict:  # noqa: F811
+    """{case: the SCRIPT's result}, all four cases in one fresh process."""
     for task, files in TASK_FILES.items():
         folder = data_dir / "finetuning_data" / task
         if not folder.exists():
             folder.mkdir()
             for name, (dataset, source) in files.items():
                 (folder / name).symlink_to(shared_data / dataset / source)
-    result = two_replica_result(data_dir, values)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    base = {"model_size": "tiny", "max_seq_length": 32, "train_batch_size": 15, "eval_batch_size": 25,
+            "max_examples": 48, "num_train_epochs": 1.0, "learning_rate": 1e-3, "iterations_per_loop": 100,
+            "model_hparam_overrides": NO_DROPOUT}
+    cases = {case: {**base, **values} for case, values in CASES.items()}
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(data_dir), json.dumps(cases)], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    lines = [line.split(" ", 2)[1:] for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    return {case: json.loads(text) for case, text in lines}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_two_replicas_train_the_one_device_model(two_replica_results, case):
+    values, result = CASES[case], two_replica_results[case]
     assert result["replicas"] == [1, 2]
     assert result["moved"] > 100 * WEIGHT_TOLERANCE  # training changed the weights far more than the tolerance
     assert result["difference"] <= WEIGHT_TOLERANCE, result

@@ -109,12 +109,12 @@ def test_classification_agrees_with_the_run_and_the_saved_model(trained, exporte
                       "--output", str(tmp_path / "out.jsonl")])
     assert [row["id"] for row in rows] == [f"dev-{i}" for i in range(ROWS)]  # input order, with the ids
     assert [row["label"] for row in rows] == [("0", "1")[int(label)] for label in labels]
-    served = tf.saved_model.load(str(exported["reviews"])).signatures["serving_default"]
-    probabilities = served(text_a=tf.constant([e.text_a for e in split.examples]))["probabilities"].numpy()
+    saved_model = tf.saved_model.load(str(exported["reviews"]))
+    probabilities = saved_model.signatures["serving_default"](
+        text_a=tf.constant([e.text_a for e in split.examples]))["probabilities"].numpy()
     np.testing.assert_allclose([[row["probabilities"][name] for name in ("0", "1")] for row in rows], probabilities,
                                atol=1e-5)
-    embedded = tf.saved_model.load(str(exported["reviews"])).signatures["embed"](
-        text_a=tf.constant([e.text_a for e in split.examples[:4]]))
+    embedded = saved_model.signatures["embed"](text_a=tf.constant([e.text_a for e in split.examples[:4]]))
     assert_embed_offsets(Tokenizer(root / "vocab.txt"), {0: [e.text_a for e in split.examples[:4]]},
                          {key: value.numpy() for key, value in embedded.items()})  # each token's characters
     dev = str(root / "finetuning_data/reviews/dev.csv")

@@ -1,5 +1,7 @@
 """run_pretraining.py end to end on real Wikipedia text: training, checkpoints, resume, results, errors."""
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -32,6 +34,18 @@ def run(data_dir, name, capsys, **values):
     code = run_pretraining.main(["--data-dir", str(data_dir), "--model-name", name, "--hparams", hparams(**values)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def ten_steps(data_dir):
+    """The model dir of a 10-step run with its one checkpoint: a model to refuse another
+    architecture over, to initialise from, and to evaluate (each test leaves it as it found it but
+    for the evaluation's results/)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        code = run_pretraining.main(["--data-dir", str(data_dir), "--model-name", "ten_steps", "--hparams",
+                                     hparams(num_train_steps=10, save_checkpoints_steps=10, do_eval=False)])
+    assert code == 0, err.getvalue()
+    return data_dir / "models" / "ten_steps"
 
 
 def logged_losses(out):
@@ -71,9 +85,9 @@ def test_trains_checkpoints_evaluates_and_resumes(data_dir, capsys):
     assert json.loads((model_dir / "results" / "unsup_results.json").read_text())["global_step"] == 60
 
 
-def test_architecture_change_is_refused(data_dir, capsys):
-    assert run(data_dir, "arch", capsys, num_train_steps=10, save_checkpoints_steps=10, do_eval=False)[0] == 0
-    code, _, err = run(data_dir, "arch", capsys, num_train_steps=10, model_hparam_overrides={"num_hidden_layers": 3})
+def test_architecture_change_is_refused(data_dir, ten_steps, capsys):
+    code, _, err = run(data_dir, ten_steps.name, capsys, num_train_steps=10,
+                       model_hparam_overrides={"num_hidden_layers": 3})
     assert code == 2 and "another architecture" in err and "discriminator" in err
 
 
@@ -179,9 +193,8 @@ def test_keep_checkpoint_max(data_dir, capsys):
         assert kept == expected
 
 
-def test_init_checkpoint_with_step_reset_or_kept(data_dir, capsys):
-    assert run(data_dir, "source", capsys, num_train_steps=10, save_checkpoints_steps=10, do_eval=False)[0] == 0
-    source = str(data_dir / "models" / "source")
+def test_init_checkpoint_with_step_reset_or_kept(data_dir, ten_steps, capsys):
+    source = str(ten_steps)
     code, out, err = run(data_dir, "from_reset", capsys, num_train_steps=10, init_checkpoint=source, do_eval=False)
     assert code == 0, err
     assert "initialised from" in out and re.findall(r"^step (\d+)/10", out, flags=re.M) == ["10"]
@@ -200,12 +213,11 @@ def test_diverging_loss_stops_with_the_step_and_keeps_the_last_checkpoint(data_d
     assert "last good checkpoint" in err
 
 
-def test_evaluation_only_reads_the_latest_checkpoint(data_dir, capsys):
-    assert run(data_dir, "evaluated", capsys, num_train_steps=10, save_checkpoints_steps=10, do_eval=False)[0] == 0
-    code, out, err = run(data_dir, "evaluated", capsys, num_train_steps=10, do_train=False)
+def test_evaluation_only_reads_the_latest_checkpoint(data_dir, ten_steps, capsys):
+    code, out, err = run(data_dir, ten_steps.name, capsys, num_train_steps=10, do_train=False)
     assert code == 0, err
     assert "evaluating" in out and "ckpt-10" in out
-    results = json.loads((data_dir / "models" / "evaluated" / "results" / "unsup_results.json").read_text())
+    results = json.loads((ten_steps / "results" / "unsup_results.json").read_text())
     assert results["global_step"] == 10 and "train_loss" not in results
     code, _, err = run(data_dir, "never_trained", capsys, do_train=False)
     assert code == 2 and "no model to evaluate" in err
