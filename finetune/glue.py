@@ -45,6 +45,9 @@ class GlueTask:
         return not self.labels
 
 
+# The header names of the label column in GLUE's train and dev files (MRPC's first, the others'
+# last); a test file's header has none of them.
+LABEL_HEADERS = frozenset({"label", "score", "Quality", "is_duplicate", "gold_label"})
 STS_MAX = 5.0  # STS-B scores lie in [0, 5]; the original trains on score / 5
 _BINARY = ("0", "1")
 _ENTAILMENT = ("entailment", "not_entailment")

@@ -14,7 +14,7 @@ from finetune import glue
 from finetune.classification import ClassificationTask
 from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
 from finetune.regression import RegressionTask
-from finetune.table_files import Layout
+from finetune.table_files import Layout, decoded_lines
 from finetune.task import EvalSplit
 
 
@@ -36,11 +36,13 @@ class GlueFiles:
 
     def input_columns(self, source):
         """A GLUE preset predicts from its own TSV layouts (quoting off, columns by index): a test
-        file's (its first column `index` or `id`, which becomes the row's id) or a train/dev file's."""
+        file's (its header starts with `index` or `id`, which becomes the row's id, and names no
+        label column) or a train/dev file's (STS-B's, QQP's and the NLI tasks' start with `index`
+        or `id` too, and their text columns differ from the test file's in STS-B and QQP)."""
         if source.format != "tsv":
             raise InputError(f"task {self.name}: predicts from GLUE's TSV layout or plain text, not {source.format}")
-        first = "" if source.path == "-" else Path(source.path).open(encoding="utf-8-sig").readline()
-        test = first.split("\t")[0].strip() in ("index", "id")
+        cells = [cell.strip() for cell in _first_line(source).split("\t")]
+        test = cells[0] in ("index", "id") and not glue.LABEL_HEADERS.intersection(cells)
         columns = self.glue_task.test if test else self.glue_task.train
         chosen = {"text": columns.text_a, "text_b": columns.text_b, "id": columns.index}
         return Layout("tsv", quoting=False, header=columns.header), {k: v for k, v in chosen.items() if v is not None}
@@ -57,6 +59,17 @@ class GlueFiles:
 
     def card(self) -> dict:
         return {**super().card(), "glue": self.glue_task.name}
+
+
+def _first_line(source) -> str:
+    """The input file's first line ("" for standard input, which is read once)."""
+    if source.path == "-":
+        return ""
+    lines = decoded_lines(source.name)
+    try:
+        return next(lines, (0, ""))[1]
+    finally:
+        lines.close()
 
 
 class GlueClassification(GlueFiles, ClassificationTask):

@@ -10,7 +10,9 @@ import sklearn.metrics
 from electra_tf.errors import InputError
 from finetune import glue, scorers
 from finetune.config import FinetuningConfig
+from finetune.glue_presets import glue_preset
 from finetune.inputs import Features, epoch_batches, pad_batch, steps_per_epoch, truncate_pair
+from finetune.predict_inputs import InputSource
 from finetune.results import aggregate, format_table, write_results
 
 # MANIFEST.md's verified row counts (train, dev, test); QNLI ships without train.
@@ -95,6 +97,39 @@ def test_mnli_layout_matched_mismatched_and_diagnostic(tmp_path):
     diagnostic = glue.read_split(tmp_path, task, "diagnostic")[0]
     assert (diagnostic.text_a, diagnostic.text_b) == ('A "quoted', "B")  # quoting off: the quote stays
     assert [name for name, _ in glue.server_splits(task)] == ["MNLI-m", "MNLI-mm", "AX"]
+
+
+@pytest.mark.parametrize("task_name", sorted(COUNTS))
+def test_a_preset_predicts_from_a_glue_file_what_training_reads_from_it(glue_dir, task_name):
+    """predict.py on a GLUE dev or test file takes the texts (and a test file's index) the training
+    reader takes: the train/dev headers of STS-B and of the NLI tasks start with `index` as the
+    test headers do, and STS-B's text columns differ between the two."""
+    task, preset = glue.get_task(task_name), glue_preset(task_name)
+    for split in ("dev", "test"):
+        expected = glue.read_split(glue_dir, task, split, double_unordered=False)
+        source = InputSource.open(str(glue.split_file(glue_dir, task, split)), None, False, preset)
+        rows = list(preset.read_inputs(source))
+        assert [(e.text_a, e.text_b) for _, e in rows] == [(e.text_a, e.text_b) for e in expected], split
+        assert [row_id for row_id, _ in rows] == [e.index for e in expected], split
+
+
+def test_a_qqp_preset_predicts_from_its_dev_and_test_layouts(tmp_path):
+    """QQP (not in the shared data): its dev header starts with `id` too, with other text columns."""
+    _write(tmp_path / "QQP" / "dev.tsv", ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+                                          "7\t11\t12\tWhy is it?\tWhy not?\t0"])
+    _write(tmp_path / "QQP" / "test.tsv", ["id\tquestion1\tquestion2", "3\tHow so?\tHow come?"])
+    preset = glue_preset("qqp")
+    read = lambda name: list(preset.read_inputs(InputSource.open(str(tmp_path / "QQP" / name), None, False, preset)))
+    [(dev_id, dev)], [(test_id, test)] = read("dev.tsv"), read("test.tsv")
+    assert (dev_id, dev.text_a, dev.text_b) == (None, "Why is it?", "Why not?")
+    assert (test_id, test.text_a, test.text_b) == ("3", "How so?", "How come?")
+
+
+def test_a_preset_names_the_line_of_bytes_that_are_not_utf8(tmp_path):
+    (tmp_path / "in.tsv").write_bytes(b"sentence\tlabel\nfine film\t1\ncaf\xe9 film\t0\n")
+    preset = glue_preset("sst")
+    with pytest.raises(InputError, match=r"in.tsv:3: bytes that are not UTF-8"):
+        list(preset.read_inputs(InputSource.open(str(tmp_path / "in.tsv"), None, False, preset)))
 
 
 @pytest.mark.parametrize("lines, message", [
