@@ -146,7 +146,7 @@ def read_examples(path, v2: bool, max_examples: Optional[int] = None, training: 
 
 def _questions(path, v2: bool, training: bool, unfindable: List[str], labels: bool = True) -> Iterator[Example]:
     """The examples of `read_examples`, one by one; skipped questions go to `unfindable`."""
-    eid = 0
+    eid, seen = 0, set()
     for article_index, article in enumerate(load_dataset(path)):
         where_article = f"{path}: article {article_index}"
         for paragraph_index, paragraph_json in enumerate(_field(article, "paragraphs", list, where_article)):
@@ -159,6 +159,9 @@ def _questions(path, v2: bool, training: bool, unfindable: List[str], labels: bo
                 qas_id = qa.get("id", "?") if isinstance(qa, dict) else "?"
                 where = f"{path}: question {qas_id}"
                 _field(qa, "id", str, where)
+                if qas_id in seen and not training:  # predictions and scores are keyed by id
+                    raise InputError(f"{where}: an earlier question has the same id (ids must be unique)")
+                seen.add(qas_id)
                 question = _field(qa, "question", str, where)
                 if not paragraph.words:
                     raise InputError(f"{where}: the question has no context (its paragraph is empty)")

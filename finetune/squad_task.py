@@ -103,13 +103,14 @@ class SquadTask(Task):
         else:
             raise InputError(f"{source.name}: a SQuAD task reads jsonl or text, not {source.format}")
         for line, cells in rows:
-            if not (cells.get("question", "").strip() and cells.get("context", "").strip()):
+            texts = cells.get("question"), cells.get("context")  # JSON may hold any type: text_cell checks
+            if any(text is None or isinstance(text, str) and not text.strip() for text in texts):
                 if source.empty(line, "question or context"):
                     continue
             paragraph = Paragraph.split(text_cell(cells["context"], source.name, line, "context"))
             question = text_cell(cells["question"], source.name, line, "question")
             row_id = None if cells.get("id") is None else str(cells["id"])
-            yield row_id, squad.Example(line, row_id or str(line), question, paragraph)
+            yield row_id, squad.Example(line, str(line), question, paragraph)  # keyed by line: ids may repeat
 
     def example_features(self, features) -> np.ndarray:
         return np.unique(features.example_index, return_index=True)[1]  # each question's first window
