@@ -46,7 +46,7 @@ DEV_HOLDOUT = 10  # without dev.txt, the last 1/10 of train.txt is the dev split
 class Sentence:
     eid: int
     words: Tuple[str, ...]
-    tags: Tuple[str, ...]  # as in the file (IOB2 for CoNLL-2000)
+    tags: Optional[Tuple[str, ...]]  # as in the file (IOB2 for CoNLL-2000); None: to be predicted
     source: str = ""  # "<file>:<line of its first word>", what an error about it names
 
 
@@ -211,7 +211,7 @@ class TaggingFeatures(Features):
     """`Features` plus, per sentence, the first sub-token of each kept word and its label."""
 
     labeled_positions: List[np.ndarray]  # each int32 [kept words]
-    labels: List[np.ndarray]  # each int32 [kept words]
+    labels: List[np.ndarray]  # each int32 [kept words] (zeros for a sentence without tags)
     words_cut: int  # words past max_seq_length, not labelled (and not scored)
 
 
@@ -234,6 +234,9 @@ def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_lengt
         cut += n_words - len(tagged)
         token_ids.append(np.asarray(ids + [tokenizer.sep_id], np.int32))
         positions.append(np.asarray(tagged, np.int32))
+        if sentence.tags is None:  # to be predicted: no gold tags to map (the labels only count the words)
+            labels.append(np.zeros(len(tagged), np.int32))
+            continue
         bioes = to_bioes(sentence.tags)[:len(tagged)]
         try:
             labels.append(np.asarray([mapping[tag] for tag in bioes], np.int32))

@@ -51,7 +51,7 @@ class SentenceTask(Task):
             if self.has_pair:
                 text_b = text_cell(cells["text_b"], path, line, f"second text (column {self.files.text_b!r})")
             label = self.label_value(cells["label"], path, line) if "label" in cells else None
-            index = None if self.files.id is None else str(cells["id"])
+            index = None if cells.get("id") is None else str(cells["id"])
             examples.append(Example(len(examples), text_a, text_b, label, index))
         return examples
 

@@ -38,6 +38,7 @@ class TextSentence(Sentence):
 
     text: str = ""
     offsets: Tuple[Tuple[int, int], ...] = ()
+    row_id: Optional[str] = None  # a test file's `id` (JSONL), carried into its predictions
 
     @classmethod
     def of_words(cls, eid: int, words, text: Optional[str] = None) -> "TextSentence":
@@ -48,7 +49,7 @@ class TextSentence(Sentence):
             start = text.index(word, cursor)
             offsets.append((start, start + len(word)))
             cursor = start + len(word)
-        return cls(eid, tuple(words), ("O",) * len(words), text=text, offsets=tuple(offsets))
+        return cls(eid, tuple(words), None, text=text, offsets=tuple(offsets))
 
 
 class TaggingTask(Task):
@@ -83,7 +84,9 @@ class TaggingTask(Task):
             words, tags = cells["tokens"], cells["tags"]
             if not (isinstance(words, list) and isinstance(tags, list)):
                 raise InputError(f"{path}:{line}: {self.tokens_key!r} and {self.tags_key!r} must be JSON lists")
-            if len(words) != len(tags) or not words:
+            if not words:
+                raise InputError(f"{path}:{line}: an empty sentence (no tokens)")
+            if len(words) != len(tags):
                 raise InputError(f"{path}:{line}: {len(words)} tokens but {len(tags)} tags")
             for tag in tags:
                 if not chunking.valid_tag(tag, prefixes):
@@ -98,8 +101,14 @@ class TaggingTask(Task):
         if self.paths.get(split) is None:
             raise InputError(f"task {self.name}: no {split} file in its spec")
         if split == "test":
-            source = InputSource.open(str(self.path(split)), self.format)
-            return [sentence for _, sentence in itertools.islice(self.read_inputs(source), max_examples)]
+            try:
+                self.path(split).open("rb").close()
+            except OSError as error:
+                raise InputError(f"{self.path(split)}: cannot read it ({error.strerror})") from None
+            # blank lines and empty sentences are left out, as train's and dev's blank lines are
+            source = InputSource.open(str(self.path(split)), self.format, skip_empty=True)
+            return [dataclasses.replace(sentence, row_id=row_id)
+                    for row_id, sentence in itertools.islice(self.read_inputs(source), max_examples)]
         sentences = self._sentences(self.path(split), max_examples)
         if not sentences:
             raise InputError(f"{self.path(split)}: holds no sentences")
@@ -186,7 +195,7 @@ class TaggingTask(Task):
     def write_test(self, config, split: EvalSplit, predictions, results_dir) -> Path:
         """`results/test_predictions/<task>.jsonl`: each test sentence's words, tags and entities."""
         rows = self.prediction_rows(config, {"tag_ids": predictions}, split.examples, split.features)
-        return write_test_predictions(results_dir, self.name, [None] * len(rows), rows)
+        return write_test_predictions(results_dir, self.name, [s.row_id for s in split.examples], rows)
 
     def token_offsets(self, config, tokenizer, examples, features) -> List[np.ndarray]:
         """Each kept word's tokens, their characters in the sentence's text (clipped to the word's)."""

@@ -33,11 +33,12 @@ class TaskFiles:
 
     def rows(self, split: str, max_rows: Optional[int] = None) -> Tuple[Path, List[Tuple[int, Dict[str, object]]]]:
         """(the split's file, its rows as (line, {text, text_b, label, id})); a test file may lack
-        the label column (its rows then have no "label")."""
+        the label column (its rows then have no "label"), and any file the id column (only test
+        predictions carry it)."""
         columns = {"text": self.text, "text_b": self.text_b, "label": self.label, "id": self.id}
         path = self.path(split)
         return path, read_rows(path, self.layout, {k: v for k, v in columns.items() if v is not None}, max_rows,
-                               optional=("label",) if split == "test" else ())
+                               optional=("label", "id") if split == "test" else ("id",))
 
     def card(self) -> dict:
         """The spec's file layout and columns, as a fine-tuned model carries them (for predicting)."""

@@ -54,6 +54,9 @@ def vocab(tmp_path, vocab_file):
                      '{"tokens": ["John", "ran", "off"], "tags": ["B-PER", "O"]}\n'},
      r"t/train.jsonl:2: 3 tokens but 2 tags"),
     ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": [], "tags": []}\n'},
+     r"t/train.jsonl:2: an empty sentence \(no tokens\)"),
+    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
      {"train.jsonl": '{"tokens": ["John"], "tags": ["B-PER"]}\n{"tokens": ["Paris"], "tags": ["LOC"]}\n'},
      r"t/train.jsonl:2: tag 'LOC' is not O or B-/I-<type> \(iob2\)"),
     ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt"},
@@ -94,6 +97,15 @@ def test_a_test_label_train_never_had_names_its_line(tmp_path):
         load(tmp_path, {**CSV, "test": "t/test.csv"}, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV,
                                                          "test.csv": "text,label\nfine,pos\nso-so,meh\n"},
              write_test_outputs=True)
+
+
+@pytest.mark.parametrize("spec", [{**CSV, "test": "t/test.csv"},
+                                  {"type": "tagging", "format": "jsonl", "train": "t/train.jsonl",
+                                   "dev": "t/train.jsonl", "test": "t/test.jsonl"}])
+def test_a_missing_test_file_names_itself(tmp_path, spec):
+    files = {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV, "train.jsonl": '{"tokens": ["a"], "tags": ["O"]}\n'}
+    with pytest.raises(InputError, match=rf"t/{spec['test'][2:]}: cannot read it \(No such file"):
+        load(tmp_path, spec, files, write_test_outputs=True)
 
 
 def test_the_script_writes_nothing_on_bad_input(tmp_path, capsys):

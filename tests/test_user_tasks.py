@@ -176,9 +176,10 @@ def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data)
     tickets = data_dir / "finetuning_data" / "tickets"
     tickets.mkdir()
     header, rows = _tsv_rows(shared_data / "glue" / "SST-2" / "dev.tsv", 40)
-    for split, part in (("train", rows[:30]), ("dev", rows[30:])):
-        (tickets / f"{split}.tsv").write_text("ref\ttext\tmood\n" + "".join(
-            f"r{i}\t{text}\t{'happy' if label == '1' else 'sad'}\n" for i, (text, label) in enumerate(part)))
+    for split, part in (("train", rows[:30]), ("dev", rows[30:])):  # dev has no id column: only test needs one
+        (tickets / f"{split}.tsv").write_text(("ref\ttext\tmood\n" if split == "train" else "text\tmood\n") + "".join(
+            (f"r{i}\t" if split == "train" else "") + f"{text}\t{'happy' if label == '1' else 'sad'}\n"
+            for i, (text, label) in enumerate(part)))
     (tickets / "test.tsv").write_text("ref\ttext\nt1\tA gem .\nt2\tDull and long .\n")
     spec = {"type": "classification", "format": "tsv", "train": "tickets/train.tsv", "dev": "tickets/dev.tsv",
             "test": "tickets/test.tsv", "text": "text", "label": "mood", "id": "ref"}
@@ -190,6 +191,32 @@ def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data)
     written = [json.loads(line) for line in path.read_text().splitlines()]
     assert [row["id"] for row in written] == ["t1", "t2"] and {row["label"] for row in written} <= {"happy", "sad"}
     assert (data_dir / "ticket_results" / "tickets_results.txt").is_file()
+
+
+def test_a_tagger_without_an_o_tag_writes_test_predictions_with_their_ids(data_dir, shared_data):
+    """Every word an entity (part-of-speech tags as one-word entities: no O anywhere): the test file's
+    sentences, which have no tags, featurize all the same; JSONL ids reach the predictions and a
+    blank line is left out, as in train and dev."""
+    folder = data_dir / "finetuning_data" / "pos"
+    folder.mkdir()
+    blocks = (shared_data / "conll2000" / "train.txt").read_text().split("\n\n")[:ROWS]  # word, POS, chunk
+    sentences = [[line.split() for line in block.splitlines()] for block in blocks]
+    (folder / "train.jsonl").write_text("".join(json.dumps(
+        {"tokens": [word for word, _, _ in s], "tags": ["B-" + pos for _, pos, _ in s]}) + "\n" for s in sentences))
+    (folder / "test.jsonl").write_text(json.dumps({"id": "s1", "tokens": ["The", "cat", "sat", "."]}) + "\n\n"
+                                       + json.dumps({"id": "s2", "tokens": ["Dogs", "bark"]}) + "\n")
+    spec = {"type": "tagging", "format": "jsonl", "train": "pos/train.jsonl", "dev": "pos/train.jsonl",
+            "test": "pos/test.jsonl"}
+    config = config_of(data_dir, task_names=["pos"], tasks={"pos": spec}, write_test_outputs=True,
+                       results_dir=str(data_dir / "pos_results"))
+    run(config, io.StringIO())
+    written = [json.loads(line) for line in (data_dir / "pos_results/test_predictions/pos.jsonl").read_text()
+               .splitlines()]
+    tags = load_task_data(config, make_tokenizer(config)).tasks[0].tags
+    assert "O" not in tags and all(tag.startswith("S-") for tag in tags)
+    assert [(row["id"], row["words"]) for row in written] == [("s1", ["The", "cat", "sat", "."]),
+                                                                ("s2", ["Dogs", "bark"])]
+    assert all(len(row["tags"]) == len(row["words"]) and set(row["tags"]) <= set(tags) for row in written)
 
 
 def test_squad_mixes_with_a_classifier(tmp_path, shared_data, vocab_file):
