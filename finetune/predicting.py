@@ -129,6 +129,8 @@ def predict(model_dir, input_path: str, output_path: str, task: Optional[str] = 
     """Writes the predictions of every input row to `output_path`; returns {"rows", "seconds", "skipped"}."""
     stream = stream or sys.stderr
     output = check_output(output_path, overwrite)
+    if output.is_dir():
+        raise InputError(f"--output {output} is a directory; name the file to write")
     InputSource.open(input_path, input_format)  # a bad path or format fails before the model loads
     predictor = Predictor(model_dir, task, embeddings, int8)
     source = InputSource.open(input_path, input_format, skip_empty, predictor.task)

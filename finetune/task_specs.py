@@ -71,6 +71,11 @@ def check_spec(name: str, spec) -> None:
         raise InputError(f"{where}.scheme {spec['scheme']!r} is not one of: {', '.join(SCHEMES)}")
     if "labels" in spec and not (spec["labels"] and all(isinstance(v, str) for v in spec["labels"])):
         raise InputError(f"{where}.labels must be a non-empty list of strings")
+    if "labels" in spec and len(set(spec["labels"])) < len(spec["labels"]):
+        repeated = next(label for label in spec["labels"] if spec["labels"].count(label) > 1)
+        raise InputError(f"{where}.labels names {repeated!r} twice")
+    if not 0 < spec.get("threshold", 0.5) < 1:
+        raise InputError(f"{where}.threshold must lie between 0 and 1 (a probability), got {spec['threshold']!r}")
     if spec.get("scale", 1) == 0:
         raise InputError(f"{where}.scale must not be 0")
 

@@ -233,6 +233,9 @@ def test_bad_input_stops_with_one_error_and_no_output(trained, tmp_path, capsys,
                          "--skip-empty"]) == 0
     assert len(output.read_text().splitlines()) == 2 and "1 empty line(s) skipped" in capsys.readouterr().err
     assert "exists; pass --overwrite" in error(["--input", str(tmp_path / "gaps.txt")])
+    assert predict.main(["--model-dir", trial_dir, "--output", str(tmp_path), "--overwrite",
+                         "--input", str(tmp_path / "gaps.txt")]) == 2
+    assert f"--output {tmp_path} is a directory" in capsys.readouterr().err
     def no_space(*args):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".full.jsonl.partial"))
     monkeypatch.setattr(Predictor, "rows", no_space)  # the disk fills while predictions are written
