@@ -70,8 +70,11 @@ def _delimited(path: Path, lines: Iterator[Tuple[int, str]], layout: Layout, on_
         except StopIteration:
             return
         except csv.Error as error:
-            raise InputError(f"{path}:{start}: malformed {layout.format.upper()} ({error}): a quoted field "
-                             f"that starts here is not closed, or text follows its closing quote") from None
+            what = f"malformed {layout.format.upper()}"
+            if "new-line character" in str(error):  # csv's own advice (universal-newline mode) does not apply
+                raise InputError(f"{path}:{start}: {what}: a carriage return (\\r) inside an unquoted field") from None
+            raise InputError(f"{path}:{start}: {what} ({error}): a quoted field that starts here is not closed, "
+                             f"or text follows its closing quote") from None
         if row:
             yield start, row
         elif on_blank is not None:

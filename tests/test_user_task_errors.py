@@ -39,6 +39,8 @@ def vocab(tmp_path, vocab_file):
     (CSV, {"train.csv": GOOD_CSV + "lonely\n", "dev.csv": GOOD_CSV}, r"t/train.csv:4: 1 fields, but the header has 2"),
     (CSV, {"train.csv": GOOD_CSV + '"never closed,pos\n', "dev.csv": GOOD_CSV},
      r"t/train.csv:4: malformed CSV .*quote"),
+    (CSV, {"train.csv": GOOD_CSV + "line one\rstill one,pos\n", "dev.csv": GOOD_CSV},
+     r"t/train.csv:4: malformed CSV: a carriage return \(\\r\) inside an unquoted field"),
     (CSV, {"train.csv": "text,label\n ,pos\n", "dev.csv": GOOD_CSV},
      r"t/train.csv:2: the text \(column 'text'\) is empty"),
     (CSV, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV + "so-so film,meh\n"},
