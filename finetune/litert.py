@@ -96,7 +96,7 @@ def export(model_dir, output_dir, int8: bool = False, task=None, overwrite: bool
     server = build_server(model_dir, task)
     flatbuffer = convert(server.encoder, server.head, int8, server.task.lite_outputs())  # probabilities [B, C]
     card = {"task": server.task.name, "labels": [str(label) for label in server.task.labels], "int8": int8}
-    with staged_output(output_dir, overwrite) as staging:
+    with staged_output(output_dir, overwrite, source=model_dir) as staging:
         (Path(staging) / MODEL_FILE).write_bytes(flatbuffer)
         copy_model_files(model_dir, Path(staging), server.task.name)
         (Path(staging) / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")

@@ -181,7 +181,7 @@ def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrit
     check_precision(precision)  # before reading the checkpoint
     check_output(output_dir, overwrite)
     server = build_server(model_dir, task, precision)
-    with staged_output(output_dir, overwrite) as staging:
+    with staged_output(output_dir, overwrite, source=model_dir) as staging:
         tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
         copy_model_files(model_dir, staging / EXTRA, server.task.name)
     return server

@@ -133,6 +133,11 @@ def test_existing_output_needs_overwrite(exported, capsys):
     assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir", str(out)]) == 2
     assert "exists; pass --overwrite" in capsys.readouterr().err
     assert (out / "saved_model.pb").exists()
+    for inside in (source, source.parent):  # replacing these would delete the model being read
+        assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir", str(inside),
+                                        "--overwrite"]) == 2
+        assert "holds the model being read" in capsys.readouterr().err
+    assert (source / "config.json").is_file() and list(source.glob("ckpt-*.index"))
 
 
 @pytest.mark.parametrize("export", [export_saved_model, export_finetuned])

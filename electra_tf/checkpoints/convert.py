@@ -98,5 +98,5 @@ def to_hf(model_dir_path, output_dir, overwrite: bool = False, step: Optional[in
     dirs, weights in `dtype` (float32 or float16)."""
     model_dir.check_output(output_dir, overwrite)
     config, values = model_dir.read_model_dir(model_dir_path, model_dir.checkpoint_at(model_dir_path, step))
-    with model_dir.staged_output(output_dir, overwrite) as staging:
+    with model_dir.staged_output(output_dir, overwrite, source=model_dir_path) as staging:
         return hf.export_hf(values, config, Path(model_dir_path) / model_dir.VOCAB_FILE, staging, dtype)

@@ -167,13 +167,18 @@ def check_output(output_dir, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def staged_output(output_dir, overwrite: bool) -> Iterator[Path]:
+def staged_output(output_dir, overwrite: bool, source=None) -> Iterator[Path]:
     """A temporary dir beside `output_dir` that becomes `output_dir` only when the block succeeds,
     so a failed conversion leaves nothing half-written. An existing `output_dir` is an error
-    unless `overwrite` (then it is replaced at the end). A write that finds the disk full is one
+    unless `overwrite` (then it is replaced at the end), and so is one that is or holds `source`,
+    the dir being read (replacing it would delete it). A write that finds the disk full is one
     line (`DiskFull`) naming `output_dir`, after which the staging dir is removed."""
     output_dir = Path(output_dir)
     check_output(output_dir, overwrite)
+    if source is not None and output_dir.exists() and output_dir.resolve() in (Path(source).resolve(),
+                                                                               *Path(source).resolve().parents):
+        raise InputError(f"--output-dir {output_dir} holds the model being read ({source}): replacing it would "
+                         f"delete that model; write elsewhere")
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     kept = f"nothing was written to {output_dir}" + (" (the existing one is untouched)" if output_dir.exists() else "")

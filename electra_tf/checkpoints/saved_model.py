@@ -133,6 +133,6 @@ def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision
     check_output(output_dir, overwrite)
     config, values = read_model_dir(model_dir, checkpoint_at(model_dir, step))
     server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision)
-    with staged_output(output_dir, overwrite) as staging:
+    with staged_output(output_dir, overwrite, source=model_dir) as staging:
         tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
     return report
