@@ -14,7 +14,7 @@ from finetune import glue
 from finetune.classification import ClassificationTask
 from finetune.glue_server_files import GLUE_TEST_DIR, write_server_file
 from finetune.regression import RegressionTask
-from finetune.table_files import Layout, decoded_lines
+from finetune.table_files import Layout
 from finetune.task import EvalSplit
 
 
@@ -41,7 +41,7 @@ class GlueFiles:
         or `id` too, and their text columns differ from the test file's in STS-B and QQP)."""
         if source.format != "tsv":
             raise InputError(f"task {self.name}: predicts from GLUE's TSV layout or plain text, not {source.format}")
-        cells = [cell.strip() for cell in _first_line(source).split("\t")]
+        cells = [cell.strip() for cell in source.first_line().split("\t")]
         test = cells[0] in ("index", "id") and not glue.LABEL_HEADERS.intersection(cells)
         columns = self.glue_task.test if test else self.glue_task.train
         chosen = {"text": columns.text_a, "text_b": columns.text_b, "id": columns.index}
@@ -59,17 +59,6 @@ class GlueFiles:
 
     def card(self) -> dict:
         return {**super().card(), "glue": self.glue_task.name}
-
-
-def _first_line(source) -> str:
-    """The input file's first line ("" for standard input, which is read once)."""
-    if source.path == "-":
-        return ""
-    lines = decoded_lines(source.name)
-    try:
-        return next(lines, (0, ""))[1]
-    finally:
-        lines.close()
 
 
 class GlueClassification(GlueFiles, ClassificationTask):

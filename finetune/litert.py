@@ -77,7 +77,11 @@ def convert(encoder, head, int8: bool, outputs=lambda output: {"output": output}
 def interpreter(flatbuffer: bytes, threads: int = 2, source: str = "the model"):
     """run(input_ids=, input_mask=, segment_ids=) -> {name: numpy array}: `flatbuffer` (from `convert`)
     in ai_edge_litert's interpreter, one sentence through its `one_sentence` signature."""
-    from ai_edge_litert.interpreter import Interpreter
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        raise InputError("LiteRT's interpreter is not installed: pip install 'ai-edge-litert~=2.3' "
+                         "(this package's [litert] extra)") from None
     loaded = Interpreter(model_content=flatbuffer, num_threads=threads)
     if set(loaded.get_signature_list()) != {BATCH_SIGNATURE, ONE_SIGNATURE}:
         raise InputError(f"{source} has signatures {sorted(loaded.get_signature_list())}, not "
@@ -119,6 +123,11 @@ class LiteServer:
         self.run = interpreter((export_dir / MODEL_FILE).read_bytes(), threads, str(export_dir / MODEL_FILE))
 
     def __call__(self, text_a, text_b=None) -> dict:
+        if (text_b is not None) != self.task.has_pair:
+            raise InputError(f"task {self.task.name} takes " + ("text pairs: give text_b" if self.task.has_pair
+                                                                else "one text per example: no text_b"))
+        if text_b is not None and len(text_b) != len(text_a):
+            raise InputError(f"{len(text_a)} texts but {len(text_b)} second texts")
         examples = [Example(i, text, None if text_b is None else text_b[i], None) for i, text in enumerate(text_a)]
         features = self.task.featurize(examples, self.tokenizer, self.config, self.task_id, "predict")
         batch = self.task.make_batch(features, range(len(examples)))  # padded to the batch's longest

@@ -65,6 +65,18 @@ class InputSource:
         """Bytes read so far (0 for standard input, whose size is unknown)."""
         return 0 if self.opened is None or self.path == "-" else self.opened.tell()
 
+    def first_line(self) -> str:
+        """The input's first line, left unread (for standard input: what its buffer holds of it)."""
+        if self.path == "-":
+            peek = getattr(sys.stdin.buffer, "peek", None)  # a pipe or terminal: a BufferedReader
+            head = peek(1 << 16) if peek is not None else b""
+            return head.split(b"\n", 1)[0].decode("utf-8-sig", errors="replace")  # bad bytes: reported when read
+        lines = decoded_lines(self.name)
+        try:
+            return next(lines, (0, ""))[1]
+        finally:
+            lines.close()
+
     def lines(self) -> Iterator[Tuple[int, str]]:
         """(number, text without its line end) of each line."""
         for number, text in decoded_lines(self.name, self.stream()):

@@ -108,8 +108,10 @@ class SentenceTask(Task):
             if not text.strip() and source.empty(line):
                 continue
             parts = text.split("\t") if self.has_pair else [text]
-            if len(parts) != (2 if self.has_pair else 1) or not all(part.strip() for part in parts):
+            if len(parts) != (2 if self.has_pair else 1):
                 raise InputError(f"{source.name}:{line}: a pair task's line is its two texts separated by one tab")
+            if not all(part.strip() for part in parts) and source.empty(line, "text"):
+                continue
             yield None, Example(line, parts[0], parts[1] if self.has_pair else None, None)
 
     def test_splits(self, config):

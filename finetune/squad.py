@@ -256,6 +256,9 @@ def featurize(examples: Sequence[Example], tokenizer: Tokenizer, max_seq_length:
         gold = None
         if example.answer_text and not example.is_impossible:
             gold = tokens.span_of(example.answer_start, example.answer_end)
+        if not len(tokens.ids):  # no window could hold an answer: say so rather than answer nothing
+            raise InputError(f"question {example.qas_id}: its context has no tokens (only characters the "
+                             f"tokenizer drops)")
         spans = window_starts(len(tokens.ids), window, doc_stride)
         for span_index, ((start, length), best) in enumerate(zip(spans, max_context(spans, len(tokens.ids)))):
             offset = len(query) + 2

@@ -99,7 +99,7 @@ class SquadTask(Task):
                 source.name, Layout("jsonl"), {"question": "question", "context": "context", "id": "id"},
                 optional=("id",), source=source.stream(), on_blank=source.empty))
         elif source.format == "text":
-            rows = ((line, dict(zip(("question", "context"), text.split("\t", 1)))) for line, text in source.lines())
+            rows = ((line, _question_and_context(source.name, line, text)) for line, text in source.lines())
         else:
             raise InputError(f"{source.name}: a SQuAD task reads jsonl or text, not {source.format}")
         for line, cells in rows:
@@ -110,7 +110,8 @@ class SquadTask(Task):
             paragraph = Paragraph.split(text_cell(cells["context"], source.name, line, "context"))
             question = text_cell(cells["question"], source.name, line, "question")
             row_id = None if cells.get("id") is None else str(cells["id"])
-            yield row_id, squad.Example(line, str(line), question, paragraph)  # keyed by line: ids may repeat
+            # keyed by file and line (ids may repeat), which an error about the question names
+            yield row_id, squad.Example(line, f"{source.name}:{line}", question, paragraph)
 
     def example_features(self, features) -> np.ndarray:
         return np.unique(features.example_index, return_index=True)[1]  # each question's first window
@@ -151,6 +152,14 @@ class SquadTask(Task):
 
     def card(self) -> dict:
         return {"type": self.type_name, "v2": self.v2}
+
+
+def _question_and_context(name: str, line: int, text: str) -> dict:
+    """A plain-text line's question and context (a blank line has neither: it is empty)."""
+    if text.strip() and "\t" not in text:
+        raise InputError(f"{name}:{line}: a line is a question and its context separated by a tab (a SQuAD "
+                         f".json file is a run's train, dev or test file; predict.py reads JSONL or text)")
+    return dict(zip(("question", "context"), text.split("\t", 1)))
 
 
 def _only(dataset: list, ids) -> list:

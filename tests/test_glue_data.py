@@ -1,6 +1,8 @@
 """GLUE readers, scorers, featurization, bucketing, result statistics and the fine-tuning config."""
 
+import io
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -123,6 +125,16 @@ def test_a_qqp_preset_predicts_from_its_dev_and_test_layouts(tmp_path):
     [(dev_id, dev)], [(test_id, test)] = read("dev.tsv"), read("test.tsv")
     assert (dev_id, dev.text_a, dev.text_b) == (None, "Why is it?", "Why not?")
     assert (test_id, test.text_a, test.text_b) == ("3", "How so?", "How come?")
+
+
+def test_a_preset_reads_a_test_layout_from_standard_input(glue_dir, monkeypatch):
+    """`--input - --input-format tsv`: the header is looked at without being consumed, as in a file."""
+    lines = (glue_dir / "SST-2" / "test.tsv").read_bytes().splitlines(keepends=True)[:4]
+    monkeypatch.setattr("sys.stdin", SimpleNamespace(buffer=io.BufferedReader(io.BytesIO(b"".join(lines)))))
+    preset = glue_preset("sst")
+    rows = list(preset.read_inputs(InputSource.open("-", "tsv", False, preset)))
+    assert [(row_id, e.text_a) for row_id, e in rows] == [tuple(line.decode().rstrip("\n").split("\t"))
+                                                          for line in lines[1:]]
 
 
 def test_a_preset_names_the_line_of_bytes_that_are_not_utf8(tmp_path):

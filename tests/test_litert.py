@@ -9,6 +9,7 @@ accuracy within 0.3 points of float32's, through the export (in batches and one 
 import json
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import convert_checkpoint
 import predict
 import run_finetuning
 from electra_tf.errors import InputError
+from finetune import litert
 from finetune.litert import ONE_SIGNATURE, LiteServer
 from finetune.saved_model import build_server
 
@@ -66,6 +68,8 @@ def test_float32_export_serves_the_saved_model_servers_probabilities(trial, serv
     np.testing.assert_allclose(lite_probabilities(server, sentences[:100], 1), served[:100], atol=1e-5)
     answer = server(sentences[:3])
     assert list(answer["label"]) == [str(i) for i in served[:3].argmax(axis=1)]
+    with pytest.raises(InputError, match="task sst takes one text per example: no text_b"):
+        server(sentences[:2], sentences[:2])  # SST-2 is no pair task: not served as one
     damaged = shutil.copytree(tmp_path / "lite", tmp_path / "damaged")
     (damaged / "served_task").unlink()
     with pytest.raises(InputError, match=re.escape(f"{damaged / 'served_task'} is missing")):
@@ -133,6 +137,12 @@ def test_predict_int8_keeps_argmax_and_accuracy(trial, served, shared_data, tmp_
     assert 0 < np.abs(int8_probabilities - served).max() < 0.02
     assert (int8_labels == float_labels).mean() >= 0.99
     assert abs((int8_labels == labels).mean() - (float_labels == labels).mean()) <= 0.003
+
+
+def test_a_missing_interpreter_is_one_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)  # as without the [litert] extra
+    with pytest.raises(InputError, match=r"LiteRT's interpreter is not installed: pip install 'ai-edge-litert"):
+        litert.interpreter(b"")
 
 
 def test_predict_int8_refuses_embeddings(trial, tmp_path, capsys):

@@ -327,6 +327,13 @@ def test_predict_answers_rows_that_share_an_id_each_on_its_own(tokenizer, tmp_pa
     path.write_text(json.dumps({"question": None, "context": "Bob ran."}) + "\n")
     with pytest.raises(InputError, match=r"in.jsonl:1: empty question or context"):
         list(task.read_inputs(InputSource.open(str(path), None, False, task)))
+    path.write_text(json.dumps({"question": "Who?", "context": "\u200b \x07"}) + "\n")  # no token survives
+    with pytest.raises(InputError, match=r"question .*in.jsonl:1: its context has no tokens"):
+        task.featurize([e for _, e in task.read_inputs(InputSource.open(str(path), None, False, task))],
+                       tokenizer, config, 0, "predict")
+    (tmp_path / "in.txt").write_text("Who ran? Bob ran.\n")  # no tab between question and context
+    with pytest.raises(InputError, match=r"in.txt:1: a line is a question and its context separated by a tab"):
+        list(task.read_inputs(InputSource.open(str(tmp_path / "in.txt"), None, True, task)))
 
 
 def test_a_dev_or_test_file_with_a_repeated_id_is_an_error(tmp_path):

@@ -8,7 +8,9 @@ import pytest
 import run_finetuning
 from electra_tf.errors import InputError
 from finetune.config import FinetuningConfig
+from finetune.predict_inputs import InputSource
 from finetune.task_data import load_task_data, make_tokenizer
+from finetune.tasks import get_task
 
 HPARAMS = dict(model_size="tiny", random_init=True, max_seq_length=32)
 CSV = {"type": "classification", "format": "csv", "train": "t/train.csv", "dev": "t/dev.csv"}
@@ -110,6 +112,21 @@ def test_a_missing_test_file_names_itself(tmp_path, spec):
     files = {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV, "train.jsonl": '{"tokens": ["a"], "tags": ["O"]}\n'}
     with pytest.raises(InputError, match=rf"t/{spec['test'][2:]}: cannot read it \(No such file"):
         load(tmp_path, spec, files, write_test_outputs=True)
+
+
+def test_a_pair_tasks_plain_text_input_skips_an_empty_second_text(tmp_path):
+    """predict.py's plain text for a pair task: an empty second text is an empty text (skipped with
+    --skip-empty, as in CSV), a line without the tab a malformed one."""
+    task = get_task("pairs", {"pairs": {**CSV, "text_b": "other"}}, str(tmp_path), {"labels": ["neg", "pos"]})
+    (tmp_path / "in.txt").write_text("first\tsecond\nonly first\t\nthird\tfourth\n")
+    source = InputSource.open(str(tmp_path / "in.txt"), None, True, task)
+    assert [(e.text_a, e.text_b) for _, e in task.read_inputs(source)] == [("first", "second"), ("third", "fourth")]
+    assert source.skipped == 1
+    with pytest.raises(InputError, match=r"in.txt:2: empty text \(pass --skip-empty"):
+        list(task.read_inputs(InputSource.open(str(tmp_path / "in.txt"), None, False, task)))
+    (tmp_path / "in.txt").write_text("no tab here\n")
+    with pytest.raises(InputError, match=r"in.txt:1: a pair task's line is its two texts separated by one tab"):
+        list(task.read_inputs(InputSource.open(str(tmp_path / "in.txt"), None, True, task)))
 
 
 def test_the_script_writes_nothing_on_bad_input(tmp_path, capsys):
