@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable
 
 _OUTPUT_INDEX = re.compile(r":\d+$")
+EMBEDDING_SCOPES = ("embeddings", "embeddings_project")  # depth 0, found as "/<scope>/" in a name
 
 
 def base_name(name: str) -> str:
@@ -35,7 +36,7 @@ def base_name(name: str) -> str:
 
 def _depth_keys(n_layers: int, fixed: bool) -> dict[str, int]:
     """The original's substring -> depth table, with the heads one level lower under `fixed`."""
-    keys = {"/embeddings/": 0, "/embeddings_project/": 0}
+    keys = {f"/{scope}/": 0 for scope in EMBEDDING_SCOPES}
     keys.update({f"encoder/layer_{i}/": i + 1 for i in range(n_layers)})
     keys["task_specific/"] = n_layers + 1 if fixed else n_layers + 2
     return keys

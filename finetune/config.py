@@ -230,7 +230,8 @@ class FinetuningConfig(HParams):
         _require(self.num_trials >= 1, f"num_trials {self.num_trials} must be at least 1 (the original's "
                  f"negative value, looping forever, is not supported)")
         for name in ("max_seq_length", "train_batch_size", "eval_batch_size", "predict_batch_size",
-                     "iterations_per_loop", "save_checkpoints_steps", "vocab_size"):
+                     "iterations_per_loop", "save_checkpoints_steps", "vocab_size", "doc_stride", "max_query_length",
+                     "n_best_size", "max_answer_length", "beam_size"):
             _require(getattr(self, name) >= 1, f"{name} {getattr(self, name)} must be at least 1")
         _require(self.max_seq_length >= 5, f"max_seq_length {self.max_seq_length} must be at least 5")
         for name in ("eval_every_steps", "early_stopping_patience"):
@@ -240,6 +241,8 @@ class FinetuningConfig(HParams):
                  "early_stopping_patience needs do_eval: it stops on the dev scores")
         _require(self.max_examples is None or self.max_examples >= 1,
                  f"max_examples {self.max_examples} must be None or at least 1")
+        _require(0 <= self.seed and self.seed + self.num_trials - 1 < 2 ** 32,
+                 f"seed {self.seed} must be at least 0, and seed + num_trials - 1 below 2**32 (NumPy's seeds)")
         _require(self.learning_rate > 0, f"learning_rate {self.learning_rate} must be positive")
         _require(self.num_train_epochs > 0, f"num_train_epochs {self.num_train_epochs} must be positive")
         _require(0 <= self.warmup_proportion <= 1, f"warmup_proportion {self.warmup_proportion} must be in [0, 1]")

@@ -52,11 +52,12 @@ def trial_lines(trials: List[Scores]) -> List[str]:
 
 
 def write_results(results_dir, tasks_key: str, trials: List[Scores], extra: dict) -> dict:
-    """Writes (atomically) and returns the results document; `extra` adds e.g. test-file details."""
+    """Writes (atomically) and returns the results document; `extra` adds the task names, the
+    config and e.g. test-file details."""
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     table = aggregate(trials)
-    document = {"tasks": tasks_key.split("_"), "trials": trials, "aggregate": table, **extra}
+    document = {"trials": trials, "aggregate": table, **extra}
     text = "\n".join(trial_lines(trials)) + "\n\n" + format_table(table) + "\n"
     for path, content in ((results_dir / f"{tasks_key}_results.json", json.dumps(document, indent=2) + "\n"),
                           (results_dir / f"{tasks_key}_results.txt", text)):

@@ -325,7 +325,7 @@ def run(config: FinetuningConfig, stream=None) -> dict:
 def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: tf.distribute.Strategy,
             files: WorkerFiles) -> dict:
     first, trials, extra = _finished_trials(config, stream)
-    best_test = main_score(trials[extra["test_predictions"]["trial"] - 1]) if "test_predictions" in extra else -math.inf
+    best_test = _written_score(trials, extra)
     with Interruption(stream) as interrupt:
         cluster = num_workers(strategy) > 1
         stops = ClusterStops(interrupt, strategy, config.finetuning_models_dir) if cluster else interrupt
@@ -343,7 +343,7 @@ def _trials(config: FinetuningConfig, data: TaskData, stream, strategy: tf.distr
                 written = trial.write_test_files()
                 extra["test_predictions"] = {"trial": number, "files": written}
                 trial.log(f"wrote {len(written)} test file(s): {', '.join(written)}")
-            if config.do_train and not config.keep_all_models and files.chief:
+            if config.do_train and not config.keep_all_models and number < config.num_trials and files.chief:
                 shutil.rmtree(trial.model_dir, ignore_errors=True)
             document = write_results(files.results_dir(config.results_dir), config.tasks_key, trials, extra)
             if files.chief:
@@ -368,12 +368,19 @@ def mark_not_started(config: FinetuningConfig, number: int) -> None:
     (model_dir / f"{INTERRUPTED}.json").write_text(json.dumps({"step": 0}))
 
 
+def _written_score(trials: list, extra: dict) -> float:
+    """The score of the finished trial whose test files were written, as `_trials` compares a trial
+    by (its main dev score, or -its number when there are none); -inf when none was written."""
+    written = extra.get("test_predictions", {}).get("trial")
+    return -math.inf if written is None else main_score(trials[written - 1]) if trials else -written
+
+
 def _finished_trials(config: FinetuningConfig, stream):
     """(first trial to run, the scores of those before it, the results document's extra fields).
 
     After an interruption, the first trial to run is the interrupted one; the scores of the trials
     before it come back from the results file."""
-    extra: dict = {"config": config.to_dict()}
+    extra: dict = {"tasks": list(config.task_names), "config": config.to_dict()}
     interrupted = [number for number in range(1, config.num_trials + 1)
                    if (Path(config.model_dir(number)) / f"{INTERRUPTED}.json").exists()]
     results = Path(config.results_dir) / f"{config.tasks_key}_results.json"

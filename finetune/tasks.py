@@ -5,9 +5,11 @@ runner, the task data, the model builder and the SavedModel export take tasks fr
 to them through the interface alone.
 """
 
+import re
 from typing import Callable, Dict, List, Optional
 
 from electra_tf.errors import InputError
+from electra_tf.layerwise_decay import EMBEDDING_SCOPES
 from finetune import chunking, glue, squad
 from finetune.chunk_preset import ChunkPreset
 from finetune.glue_presets import glue_preset
@@ -48,6 +50,12 @@ def check_user_tasks(user_tasks) -> None:
     if not isinstance(user_tasks, dict):
         raise InputError("tasks must be an object mapping task names to their specs")
     for name, spec in user_tasks.items():
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise InputError(f"tasks.{name}: a task name is letters, digits, '_', '-' and '.' (it names files "
+                             f"and the head's variables)")
+        if name in EMBEDDING_SCOPES:
+            raise InputError(f"tasks.{name}: {name!r} names a part of the encoder (layer-wise decay finds it in "
+                             f"variable names); give your task another name")
         if is_built_in(name):
             raise InputError(f"tasks.{name}: {name!r} is a built-in task's name; give your task another name")
         check_spec(name, spec)

@@ -384,7 +384,7 @@ def test_an_interrupted_run_resumes_only_with_its_own_config(data_dir, tmp_path)
     the same config; another config's (say, before an upgrade added a field) means starting again,
     and the run says so."""
     import io
-    from finetune.runner import _finished_trials, mark_not_started
+    from finetune.runner import _finished_trials, _written_score, mark_not_started
     config = finetuning_config(data_dir, task_names=["cola"], num_trials=2, results_dir=str(tmp_path / "results"),
                                finetuning_models_dir=str(tmp_path / "models"))
     mark_not_started(config, 2)
@@ -393,6 +393,8 @@ def test_an_interrupted_run_resumes_only_with_its_own_config(data_dir, tmp_path)
     own = json.loads(json.dumps(config.to_dict()))
     results.write_text(json.dumps({"config": own, "trials": [{"cola": {"mcc": 1.0}}]}))
     assert _finished_trials(config, io.StringIO())[:2] == (2, [{"cola": {"mcc": 1.0}}])
+    written = {"test_predictions": {"trial": 1}}  # without dev data (do_eval false) trials hold no scores
+    assert (_written_score([], written), _written_score([{"cola": {"mcc": 1.0}}], written)) == (-1, 1.0)
     results.write_text(json.dumps({"config": {**own, "learning_rate": 0.5}, "trials": [{"cola": {"mcc": 1.0}}]}))
     stream = io.StringIO()
     assert _finished_trials(config, stream)[:2] == (1, [])

@@ -290,6 +290,10 @@ def test_config_task_size_and_recipe_presets():
     ({"task_names": ["mrpc", "MRPC"]}, "names a task twice"),
     ({"task_names": ["mrpc"], "loss_reduction": "max"}, "loss_reduction 'max'"),
     ({"task_names": ["triviaqa"]}, "'triviaqa' is not supported yet"),
+    ({"task_names": ["squad"], "doc_stride": 0}, "doc_stride 0 must be at least 1"),  # else windows never advance
+    ({"task_names": ["squad"], "n_best_size": 0}, "n_best_size 0 must be at least 1"),
+    ({"task_names": ["mrpc"], "seed": -1}, "seed -1 must be at least 0"),
+    ({"task_names": ["mrpc"], "seed": 2 ** 32 - 1, "num_trials": 2}, r"below 2\*\*32 \(NumPy's seeds\)"),
 ])
 def test_config_errors(hparams, message):
     with pytest.raises(InputError, match=message):

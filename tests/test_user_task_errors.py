@@ -85,6 +85,8 @@ def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     ({"t": {**CSV, "header": "yes"}}, r"tasks.t.header must be true or false, got 'yes'"),
     ({"t": {**CSV, "format": "conll"}}, r"tasks.t.format 'conll' is not one of: csv, tsv, jsonl"),
     ({"mrpc": CSV}, r"tasks.mrpc: 'mrpc' is a built-in task's name"),
+    ({"my/task": CSV}, r"tasks.my/task: a task name is letters, digits"),
+    ({"embeddings": CSV}, r"tasks.embeddings: 'embeddings' names a part of the encoder"),
     ({"t": {**CSV, "labels": ["pos", "neg", "pos"]}}, r"tasks.t.labels names 'pos' twice"),
     ({"t": {**CSV, "type": "multilabel", "threshold": 50}}, r"tasks.t.threshold must lie between 0 and 1"),
 ])

@@ -6,6 +6,7 @@ and a tagger train in one run, and test predictions carry the rows' ids."""
 import csv
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -160,16 +161,18 @@ def test_mixed_batches_of_glue_tasks_equal_padding_their_concatenation(data_dir)
 
 
 def test_a_classifier_and_a_tagger_train_in_one_run(data_dir):
-    config = config_of(data_dir, task_names=["reviews", "phrases"], tasks={"reviews": REVIEWS, "phrases": PHRASES},
-                       num_trials=2, keep_best_model=True)
+    config = config_of(data_dir, task_names=["my_reviews", "phrases"], tasks={"my_reviews": REVIEWS, "phrases": PHRASES},
+                       num_trials=2, keep_best_model=True, keep_all_models=False)
     data = load_task_data(config, make_tokenizer(config))
     batch = data.train_batch(data.train, np.arange(ROWS - 4, ROWS + 4))  # 4 reviews, then 4 sentences
     assert batch["task_id"].tolist() == [0] * 4 + [1] * 4
     assert batch["labels_mask"][:4].sum() == 0 and batch["labels_mask"][4:].sum() > 0  # the reviews tag nothing
     document = run(config, io.StringIO())
-    assert [set(trial) for trial in document["trials"]] == [{"reviews", "phrases"}] * 2
+    assert [set(trial) for trial in document["trials"]] == [{"my_reviews", "phrases"}] * 2
+    assert document["tasks"] == ["my_reviews", "phrases"]  # a name's own "_" kept
     assert document["aggregate"]["phrases"]["f1"]["n"] == 2
-    assert 0 <= document["aggregate"]["reviews"]["accuracy"]["median"] <= 100
+    assert [os.path.isdir(config.model_dir(trial)) for trial in (1, 2)] == [False, True]  # the last one is kept
+    assert 0 <= document["aggregate"]["my_reviews"]["accuracy"]["median"] <= 100
 
 
 def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data):
