@@ -230,6 +230,14 @@ def validate(options: BuildOptions) -> List[corpus_lib.CorpusFile]:
     output = Path(options.output_dir)
     if output.exists() and not output.is_dir():
         raise InputError(f"--output-dir {output}: exists and is not a directory")
+    corpus, written = Path(options.corpus_dir).resolve(), output.resolve()
+    if written == corpus or written in corpus.parents or corpus in written.parents:
+        raise InputError(f"--output-dir {output} and --corpus-dir {options.corpus_dir} overlap: the build would "
+                         f"read its own records as text, or replace its corpus; write elsewhere")
+    vocab = Path(options.vocab_file)
+    if written in (*Path(os.path.abspath(vocab)).parents, *vocab.resolve().parents):  # the path or its target
+        raise InputError(f"--output-dir {output} holds --vocab-file {options.vocab_file}: replacing the output "
+                         f"would delete it; write elsewhere")
     if output.is_dir() and any(output.iterdir()) and not options.overwrite:
         raise InputError(f"--output-dir {output}: exists and is not empty (pass --overwrite to replace it)")
     return corpus_lib.list_corpus_files(options.corpus_dir)
@@ -306,6 +314,8 @@ def build_pretraining_dataset(options: BuildOptions) -> Dict:
         _remove_stale_builds(output)
         staging = output.parent / f".{output.name}.tmp-{os.getpid()}"
         jobs = [files[j::options.num_processes] for j in range(options.num_processes)]
+        for j, job_files in enumerate(jobs):  # each job packs its files in shuffled order, as the original
+            random.Random(f"{options.seed}:job{j}").shuffle(job_files)  # (seeded here; the original's is not)
         progress = Progress(total_bytes / 1e6, "building pretraining data", unit=" MB",
                             stream=io.StringIO() if options.quiet else None)
         start = time.monotonic()

@@ -44,7 +44,8 @@ class DocumentFile:
 
 
 def list_corpus_files(corpus_dir) -> List[CorpusFile]:
-    """All non-hidden files below `corpus_dir` (recursively), sorted by relative path.
+    """All non-hidden files below `corpus_dir` (recursively, into symlinked folders too, each real
+    folder once), sorted by relative path.
 
     Recursion lets WikiExtractor's nested `AA/ AB/ ...` output be used as it is. Raises InputError if
     the directory is missing or holds no non-empty file.
@@ -52,9 +53,15 @@ def list_corpus_files(corpus_dir) -> List[CorpusFile]:
     root = Path(corpus_dir)
     if not root.is_dir():
         raise InputError(f"--corpus-dir {root}: not a directory")
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    files, seen = [], {os.path.realpath(root)}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        kept = []
+        for name in sorted(d for d in dirnames if not d.startswith(".")):
+            real = os.path.realpath(os.path.join(dirpath, name))
+            if real not in seen:  # a folder linked twice is read once, a link loop not followed
+                seen.add(real)
+                kept.append(name)
+        dirnames[:] = kept
         for filename in filenames:
             if filename.startswith("."):
                 continue

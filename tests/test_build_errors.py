@@ -73,6 +73,31 @@ def test_missing_and_empty_corpus(vocab_file, tmp_path):
     assert not (tmp_path / "out").exists() and not leftovers(tmp_path)
 
 
+def test_an_output_overlapping_the_corpus_or_holding_the_vocab_is_refused(small_corpus, vocab_file, tmp_path):
+    """Inside the corpus the build would read its own records as text on the next run; around the
+    corpus or the vocab, --overwrite would delete them."""
+    for out in (small_corpus / "out", small_corpus, tmp_path):
+        with pytest.raises(InputError, match="overlap: the build would read its own records"):
+            build_pretraining_dataset(options(small_corpus, vocab_file, out, overwrite=True))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "vocab.txt").symlink_to(vocab_file)
+    with pytest.raises(InputError, match="holds --vocab-file"):
+        build_pretraining_dataset(options(small_corpus, tmp_path / "data" / "vocab.txt", tmp_path / "data",
+                                          overwrite=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "data"] and (small_corpus / "a.txt").is_file()
+
+
+def test_a_symlinked_folder_of_the_corpus_is_read_once(small_corpus, vocab_file, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "b.txt").write_text("Another document, kept in a linked folder.\n")
+    for name in ("linked", "linked_again"):
+        (small_corpus / name).symlink_to(elsewhere)
+    (elsewhere / "loop").symlink_to(small_corpus)  # followed, it would never end
+    stats = build_pretraining_dataset(options(small_corpus, vocab_file, tmp_path / "out"))
+    assert stats["documents"] == 3  # a.txt's two and b.txt's one
+
+
 def test_corpus_without_usable_text(vocab_file, tmp_path):
     corpus = tmp_path / "junk"
     corpus.mkdir()

@@ -2,6 +2,7 @@
 
 import collections
 import json
+import random
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,23 @@ def test_two_processes_give_the_same_examples(built, corpus_subset, vocab_file, 
 
     assert multiset(multi) == multiset(records)
     assert multi_stats["train"] == stats["train"]
+
+
+def test_each_job_packs_its_files_in_a_seeded_shuffled_order(vocab_file, tmp_path):
+    """As the original's jobs shuffle their file lists (here seeded: --seed and the job): one file
+    per fruit, one example each, read back in the order written."""
+    fruits = ["apple", "banana", "cherry", "grape", "lemon", "mango", "orange", "peach"]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for fruit in fruits:
+        (corpus / f"{fruit}.txt").write_text(f"the {fruit} is ripe .\n")
+    build(corpus, vocab_file, tmp_path / "out", input_format="lines", num_out_files=1, seed=7)
+    index = {token: i for i, token in enumerate(load_vocab(vocab_file))}
+    ids = read_records(str(tmp_path / "out" / "pretrain_data.tfrecord-*"))["input_ids"]
+    written = [next(f for f in fruits if index[f] in row) for row in ids]
+    expected = list(fruits)
+    random.Random("7:job0").shuffle(expected)
+    assert written == expected != fruits
 
 
 def test_eval_fraction_holds_out_whole_documents(corpus_subset, vocab_file, tmp_path):
