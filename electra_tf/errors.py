@@ -26,7 +26,8 @@ class TrainingInterrupted(Interrupted):
 
 
 class WorkerLost(RuntimeError):
-    """Another worker of a multi-worker run died or became unreachable; all must be restarted."""
+    """Another worker of a multi-worker run (or a build's worker process) died or became
+    unreachable; all must be restarted."""
 
 
 class DiskFull(Exception):

@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from electra_tf import disk_full
 from electra_tf.dir_lock import DirLock
-from electra_tf.errors import InputError
+from electra_tf.errors import InputError, WorkerLost
 from electra_tf.progress import Progress
 from pretrain_data import corpus as corpus_lib
 from pretrain_data.packing import ExampleBuilder, PackedExample, PackingStats, assemble
@@ -358,7 +358,9 @@ def _run_jobs(jobs, options: BuildOptions, staging: str, num_out_files: int,
         return [run_job(0, jobs[0], options, staging, num_out_files, report=advance)]
     context = multiprocessing.get_context("spawn")  # TensorFlow is not fork-safe
     reports = context.Queue()
+    others = {child.pid for child in multiprocessing.active_children()}
     pool = context.Pool(len(jobs), initializer=_init_worker, initargs=(reports,))
+    workers = {child.pid for child in multiprocessing.active_children()} - others  # they live until pool.close()
     try:
         pending = [pool.apply_async(run_job, (j, files, options, staging, num_out_files))
                    for j, files in enumerate(jobs)]
@@ -366,6 +368,10 @@ def _run_jobs(jobs, options: BuildOptions, staging: str, num_out_files: int,
             for job in pending:
                 if job.ready() and not job.successful():
                     job.get()  # raises the job's error
+            lost = workers - {child.pid for child in multiprocessing.active_children()}
+            if lost:  # the pool would wait for its job forever
+                raise WorkerLost(f"a build worker (pid {min(lost)}) ended before its job did (killed? out of "
+                                 f"memory?); nothing was written: run the build again")
             try:
                 advance(reports.get(timeout=0.5))
             except queue.Empty:

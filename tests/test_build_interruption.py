@@ -5,6 +5,7 @@ another build holds is refused with one line naming the holder; Ctrl-C stops voc
 one line, 130 and nothing written."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -97,6 +98,23 @@ if __name__ == "__main__":
     print(reports.get(timeout=240), reports.get(timeout=240), flush=True)  # both workers are in their jobs
     os.kill(os.getpid(), 9)  # a build killed mid-job: no chance to stop its workers
 """
+
+
+def test_a_killed_worker_stops_the_build_with_one_line(corpus_dir, vocab_file, tmp_path):
+    """A worker killed mid-job (the OOM killer's SIGKILL): the pool would wait for its job forever;
+    the build stops the other worker, removes the temporary output and ends with one line and 1."""
+    build, workers = build_with_two_workers_writing(corpus_dir, vocab_file, tmp_path)
+    try:  # a pool worker, not multiprocessing's resource tracker (a child too)
+        os.kill(next(pid for pid in workers if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()),
+                signal.SIGKILL)
+        out, err = build.communicate(timeout=120)
+    finally:
+        build.kill()
+    assert build.returncode == 1, err
+    assert re.fullmatch(r"error: a build worker \(pid \d+\) ended before its job did \(killed\? out of memory\?\); "
+                        r"nothing was written: run the build again\n", err), err
+    assert_ended_soon(workers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
 
 
 def test_the_workers_of_a_killed_build_end_with_it(tmp_path):
