@@ -15,7 +15,6 @@ those that killed builds left.
 
 import dataclasses
 import glob
-import hashlib
 import io
 import json
 import math
@@ -37,7 +36,7 @@ from electra_tf.errors import InputError, WorkerLost
 from electra_tf.progress import Progress
 from pretrain_data import corpus as corpus_lib
 from pretrain_data.packing import ExampleBuilder, PackedExample, PackingStats, assemble
-from pretrain_data.records import EVAL_SUBDIR, serialize_examples, shard_name
+from pretrain_data.records import EVAL_SUBDIR, STATS_FILE, file_sha256, serialize_examples, shard_name
 from pretrain_data.sentences import split_sentences
 from pretrain_data.stop_signals import end_with_parent, ignore_sigint, stopped_by_signals
 
@@ -243,11 +242,6 @@ def validate(options: BuildOptions) -> List[corpus_lib.CorpusFile]:
     return corpus_lib.list_corpus_files(options.corpus_dir)
 
 
-def _sha256(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
-
-
 def _stats(options: BuildOptions, files, results: List[JobResult], num_out_files: int,
            seconds: float) -> Dict:
     train, evaluation, total = PackingStats(), PackingStats(), JobResult()
@@ -268,7 +262,7 @@ def _stats(options: BuildOptions, files, results: List[JobResult], num_out_files
 
     return {
         "max_seq_length": options.max_seq_length,
-        "vocab_file": str(options.vocab_file), "vocab_sha256": _sha256(options.vocab_file),
+        "vocab_file": str(options.vocab_file), "vocab_sha256": file_sha256(options.vocab_file),
         "do_lower_case": options.do_lower_case, "do_strip_accents": options.do_strip_accents,
         "input_format": options.input_format, "sentence_splitting": options.sentence_splitting,
         "seed": options.seed, "num_processes": options.num_processes,
@@ -326,7 +320,7 @@ def build_pretraining_dataset(options: BuildOptions) -> Dict:
                 stats = _stats(options, files, results, num_out_files, time.monotonic() - start)
                 if stats["train"]["examples"] == 0:
                     raise InputError(f"--corpus-dir {options.corpus_dir}: no usable text (0 examples built)")
-                (staging / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+                (staging / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
                 _replace_directory(staging, output)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -11,12 +11,14 @@ files (or, when there are fewer files than pipelines, its own records) and batch
 batches in the same order (needed for reproducible and resumable training).
 """
 
+import json
+from pathlib import Path
 from typing import List, Optional
 
 import tensorflow as tf
 
 from electra_tf.errors import InputError
-from pretrain_data.records import check_shard, parse_examples, record_length
+from pretrain_data.records import STATS_FILE, check_shard, file_sha256, parse_examples, record_length
 
 DEFAULT_SHUFFLE_BUFFER = 10000  # the original's 100 barely mixes documents: neighbours share one
 
@@ -98,6 +100,26 @@ def check_pretraining_data(config) -> None:
             for path in files:
                 check_shard(path)
             check_record_length(files, config.max_seq_length)
+            check_build_vocab(files, config.vocab_file)
+
+
+def check_build_vocab(files: List[str], vocab_file: str) -> None:
+    """Fails, naming both, when a build's `stats.json` (beside its shards, or above its eval/) records
+    another vocab than the run's: token ids would then index the wrong rows (or past the table)."""
+    wanted = None
+    for folder in sorted({Path(path).parent for path in files}):
+        stats = next((f / STATS_FILE for f in (folder, folder.parent) if (f / STATS_FILE).is_file()), None)
+        if stats is None:
+            continue  # data written by other tools, or the original's
+        try:
+            built = json.loads(stats.read_text(encoding="utf-8")).get("vocab_sha256")
+        except (OSError, ValueError, AttributeError):
+            continue  # not a build's statistics
+        wanted = wanted or file_sha256(vocab_file)
+        if built is not None and built != wanted:
+            raise InputError(f"{folder}: its records were built with another vocab than vocab_file {vocab_file} "
+                             f"({stats} records sha256 {built[:12]}..., the vocab_file's is {wanted[:12]}...); "
+                             f"rebuild the data with this vocab or set vocab_file to the build's")
 
 
 def locate_damaged_training_data(config) -> None:

@@ -9,6 +9,7 @@ No masking is stored: masking is dynamic, in the training graph. Shards are name
 """
 
 import functools
+import hashlib
 import re
 from typing import Dict, List, Tuple
 
@@ -23,6 +24,12 @@ FULL_CHECK_BYTES = 64 << 20  # shards up to this size are checked whole at start
 PARTIAL_CHECK_RECORDS = 1000  # of larger shards, the first records only
 SHARD_PREFIX = "pretrain_data.tfrecord"
 EVAL_SUBDIR = "eval"  # held-out shards live in <output_dir>/eval/, outside the default training glob
+STATS_FILE = "stats.json"  # a build's statistics and settings, vocab_sha256 among them, in <output_dir>
+
+
+def file_sha256(path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
 
 
 def shard_name(index: int, count: int) -> str:

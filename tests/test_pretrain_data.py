@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from electra_tf.tokenization import load_vocab
 from pretrain_data.build import BuildOptions, build_pretraining_dataset
-from pretrain_data.input_pipeline import make_dataset
+from pretrain_data.input_pipeline import check_build_vocab, make_dataset
 from pretrain_data.records import FEATURE_NAMES, feature_spec
 
 MAX_LEN = 128
@@ -195,6 +195,20 @@ def test_reader_errors(built, tmp_path):
         make_dataset(str(tmp_path / "nothing*"), MAX_LEN, 8, True)
     with pytest.raises(InputError, match="records hold 128 tokens but max_seq_length is 256"):
         make_dataset(str(out / "pretrain_data.tfrecord*"), 256, 8, True)
+
+
+def test_a_run_with_another_vocab_than_the_builds_is_refused(built, vocab_file, tmp_path):
+    """stats.json's vocab_sha256 against the run's vocab_file: the same line count passes
+    run_pretraining's size check, but the ids would index other rows."""
+    from electra_tf.errors import InputError
+    out, _, _ = built
+    files = sorted(str(path) for path in out.glob("pretrain_data.tfrecord*"))
+    check_build_vocab(files, str(vocab_file))  # its own vocab
+    swapped = tmp_path / "vocab.txt"
+    lines = Path(vocab_file).read_text(encoding="utf-8").splitlines()
+    swapped.write_text("\n".join(lines[:1000] + [lines[1001], lines[1000]] + lines[1002:]) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"records were built with another vocab than vocab_file {swapped}"):
+        check_build_vocab(files, str(swapped))
 
 
 def test_fast_serialization_parses_like_tf_train_example():
