@@ -221,6 +221,12 @@ def test_import_of_an_hf_download(tmp_path, vocab_file, glue_batch, capsys):
                                     "--output-dir", str(alone)]) == 0
     out = capsys.readouterr().out
     assert "missing (left as initialised):" in out and "generator/* (" in out and "generator_predictions/* (" in out
+    assert weights.config.do_lower_case and read_pretrained(alone).config.do_lower_case  # HF's default
+    (download / "discriminator" / "tokenizer_config.json").write_text('{"do_lower_case": false}')  # a cased model's
+    cased = tmp_path / "models" / "cased"
+    assert convert_checkpoint.main(["from-hf", "--hf-dir", str(download / "discriminator"),
+                                    "--output-dir", str(cased)]) == 0
+    assert read_pretrained(cased).config.do_lower_case is False
     only = read_pretrained(alone).values
     assert all(np.array_equal(only[name], weights.values[name]) for name in weights.values
                if name.startswith(("electra/", "discriminator_predictions/")))

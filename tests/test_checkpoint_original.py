@@ -205,3 +205,9 @@ def test_bad_input_gives_one_clear_error_and_writes_nothing(released, tmp_path, 
     assert list((models / "taken").iterdir()) == []
     assert convert("from-original", "--checkpoint", directory, "--output-dir", models / "taken", "--overwrite") == 0
     assert (models / "taken" / "config.json").exists()
+    for source, command in ((directory, ["from-original", "--checkpoint"]), (models / "taken", ["to-original", "--model-dir"])):
+        kept = sorted(p.name for p in source.iterdir())  # replacing the dir read (or one holding it) would delete it
+        for out in (source, source.parent):
+            assert convert(*command, source, "--output-dir", out, "--overwrite") == 2
+            assert "holds the model being read" in capsys.readouterr().err
+        assert sorted(p.name for p in source.iterdir()) == kept

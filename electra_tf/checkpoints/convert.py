@@ -26,12 +26,12 @@ def _placed(output_dir) -> dict:
 
 
 def import_weights(weights: PretrainedWeights, output_dir, hparams: HParamsSource = None,
-                   vocab_file: Optional[str] = None, overwrite: bool = False) -> LoadReport:
-    """Writes imported weights as a model dir. The architecture is `hparams` when given (its
-    shapes must then match the weights), else the one inferred from the weights."""
+                   vocab_file: Optional[str] = None, overwrite: bool = False, source=None) -> LoadReport:
+    """Writes imported weights (read from `source`) as a model dir. The architecture is `hparams`
+    when given (its shapes must then match the weights), else the one inferred from the weights."""
     vocab_file = vocab_file or weights.vocab_file
     if vocab_file is None:
-        raise InputError("no vocab.txt beside the checkpoint: pass --vocab-file")
+        raise InputError("no vocab.txt beside the checkpoint: put one there (from-original also takes --vocab-file)")
     place = _placed(output_dir)
     if hparams is not None:
         user, _ = load_hparams(hparams)
@@ -41,7 +41,8 @@ def import_weights(weights: PretrainedWeights, output_dir, hparams: HParamsSourc
     else:
         paths = dict.fromkeys(("pretrain_tfrecords", "eval_tfrecords", "results_txt", "results_json"))
         config = dataclasses.replace(weights.config, **place, **paths)
-    return model_dir.write_model_dir(weights.values, config, vocab_file, output_dir, overwrite=overwrite)
+    return model_dir.write_model_dir(weights.values, config, vocab_file, output_dir, overwrite=overwrite,
+                                     source=source)
 
 
 def from_original(checkpoint, output_dir, hparams: HParamsSource = None, vocab_file: Optional[str] = None,
@@ -52,7 +53,7 @@ def from_original(checkpoint, output_dir, hparams: HParamsSource = None, vocab_f
     if kind != "original":
         what = "an HF transformers dir (use from-hf)" if kind == "hf" else "a model dir of this project already"
         raise InputError(f"{checkpoint} is {what}, not an original-release checkpoint")
-    return import_weights(read_pretrained(checkpoint), output_dir, hparams, vocab_file, overwrite)
+    return import_weights(read_pretrained(checkpoint), output_dir, hparams, vocab_file, overwrite, source=checkpoint)
 
 
 def from_hf(hf_dir, output_dir, hparams: HParamsSource = None, overwrite: bool = False) -> LoadReport:
@@ -61,7 +62,7 @@ def from_hf(hf_dir, output_dir, hparams: HParamsSource = None, overwrite: bool =
     if not hf.is_hf_dir(hf_dir):
         raise InputError(f"{hf_dir}: no HF ELECTRA config.json (model_type \"electra\") in it or in its "
                          "discriminator/ or generator/ subdirs")
-    return import_weights(hf.read_hf(hf_dir), output_dir, hparams, None, overwrite)
+    return import_weights(hf.read_hf(hf_dir), output_dir, hparams, None, overwrite, source=hf_dir)
 
 
 def to_original(model_dir_path, output_dir, overwrite: bool = False, step: Optional[int] = None) -> str:
@@ -72,7 +73,7 @@ def to_original(model_dir_path, output_dir, overwrite: bool = False, step: Optio
     config, values = model_dir.read_model_dir(model_dir_path, source)
     # a checkpoint of the model alone has no global_step: its file name `ckpt-N` still says the step
     named_step = None if original.GLOBAL_STEP in values else model_dir.step_of(source)
-    with model_dir.staged_output(output_dir, overwrite) as staging:
+    with model_dir.staged_output(output_dir, overwrite, source=model_dir_path) as staging:
         prefix = original.write_original(values, staging, named_step)
         shutil.copyfile(Path(model_dir_path) / model_dir.VOCAB_FILE, staging / model_dir.VOCAB_FILE)
         (staging / "hparams.json").write_text(json.dumps(original_hparams(config), indent=2) + "\n")

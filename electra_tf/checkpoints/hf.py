@@ -13,6 +13,7 @@ generator owns a copy of the embedding block that the original shares with the d
 and its `generator_lm_head.weight` is tied to that word table, so it is not written.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -273,5 +274,16 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
         if role in tensors:
             _check_hf_config(dirs[role], networks[role][0])
             _to_tf1(tensors[role], networks[role][1], role, dirs[role], values)
-    vocab = next(iter(dirs.values())) / "vocab.txt"
+    directory = next(iter(dirs.values()))
+    config = dataclasses.replace(config, do_lower_case=_lower_case(directory, config.do_lower_case))
+    vocab = directory / "vocab.txt"
     return PretrainedWeights(values, config, str(vocab) if vocab.is_file() else None)
+
+
+def _lower_case(directory: Path, default: bool) -> bool:
+    """The tokenizer's casing, from its tokenizer_config.json (`do_lower_case`), else `default`."""
+    try:
+        value = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8")).get("do_lower_case")
+    except (OSError, ValueError, AttributeError):
+        return default
+    return value if isinstance(value, bool) else default

@@ -193,8 +193,9 @@ def staged_output(output_dir, overwrite: bool, source=None) -> Iterator[Path]:
 
 
 def write_model_dir(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_file, output_dir,
-                    overwrite: bool = False) -> LoadReport:
-    """Writes a model dir (config.json, vocab.txt, ckpt-<global_step>) holding `values`.
+                    overwrite: bool = False, source=None) -> LoadReport:
+    """Writes a model dir (config.json, vocab.txt, ckpt-<global_step>) holding `values` (read
+    from `source`, which the output may not replace: `staged_output`).
 
     Model variables under REQUIRED, and under each OPTIONAL scope the values have, must all be
     present with matching shapes; Adam slots and `global_step` are loaded when present (slots
@@ -211,14 +212,15 @@ def write_model_dir(values: Dict[str, np.ndarray], config: PretrainingConfig, vo
     report = LoadReport(loaded=sorted(report.loaded + slots.loaded + sorted(used & {GLOBAL_STEP})),
                         missing=sorted(report.missing + slots.missing),
                         unused=sorted(set(values) - used))
-    save_built(built, config, vocab_file, output_dir, overwrite)
+    save_built(built, config, vocab_file, output_dir, overwrite, source)
     return report
 
 
-def save_built(built: Built, config: PretrainingConfig, vocab_file, output_dir, overwrite: bool = False) -> str:
+def save_built(built: Built, config: PretrainingConfig, vocab_file, output_dir, overwrite: bool = False,
+               source=None) -> str:
     """Writes a built model and optimizer as a model dir; returns the checkpoint's path."""
     step = int(built.optimizer.iterations.numpy())
-    with staged_output(output_dir, overwrite) as staging:
+    with staged_output(output_dir, overwrite, source) as staging:
         shutil.copyfile(vocab_file, staging / VOCAB_FILE)
         config.save(staging / CONFIG_FILE)
         checkpoint = tf.train.Checkpoint(model=built.model, optimizer=built.tracked_optimizer)
