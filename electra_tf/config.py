@@ -317,7 +317,8 @@ class PretrainingConfig(HParams):
                      "and uniform_generator false")
             _require(encoder_shapes(generator) == encoder_shapes(discriminator),
                      "two_stage_generator_steps needs a generator as large as the discriminator "
-                     "(generator_hidden_size 1.0, generator_layers 1.0)")
+                     "(generator_hidden_size 1.0, generator_layers 1.0) and embeddings of its shape (with "
+                     "untied_generator_embeddings they are as wide as the generator's hidden size)")
             _require(self.two_stage_generator_steps < self.num_train_steps,
                      f"two_stage_generator_steps {self.two_stage_generator_steps} must be below "
                      f"num_train_steps {self.num_train_steps}")

@@ -264,6 +264,8 @@ def test_value_types_are_checked():
     ({"do_train": False}, "do_train and do_eval are both false"),
     ({"keep_checkpoint_max": -2}, "keep_checkpoint_max -2"),
     ({"two_stage_generator_steps": 100}, "generator as large as the discriminator"),
+    ({"two_stage_generator_steps": 100, "generator_hidden_size": 1.0, "model_size": "small++",
+      "untied_generator_embeddings": True}, "with untied_generator_embeddings they are as wide as"),
     ({"two_stage_generator_steps": 100, "generator_hidden_size": 1.0, "objective": "bert"},
      "two_stage_generator_steps needs objective \"electra\""),
     ({"two_stage_generator_steps": 10 ** 6, "generator_hidden_size": 1.0},
