@@ -184,6 +184,12 @@ def test_bad_input_gives_one_clear_error_and_writes_nothing(released, tmp_path, 
     fails("not an ELECTRA checkpoint", "from-original", "--checkpoint", bert, "--vocab-file", vocab_file)
     small_vocab = tmp_path / "vocab.txt"
     small_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+    own = tmp_path / "own_vocab"  # a model of its own 6-token vocab, imported with --hparams naming the size
+    save_tf1(original_values(electra_shapes(**{**TINY, "vocab": 6}), seed=0, step=STEP), own, STEP)
+    shutil.copyfile(small_vocab, own / "vocab.txt")
+    assert convert("from-original", "--checkpoint", own, "--output-dir", models / "own",
+                   "--hparams", json.dumps({"model_size": "tiny"})) == 0  # vocab_size: the table's 6
+    capsys.readouterr()
     fails("has 6 tokens but the word-embedding table has 30522 rows", "from-original", "--checkpoint",
           directory, "--vocab-file", small_vocab)
     partial = tmp_path / "partial"

@@ -35,9 +35,9 @@ def import_weights(weights: PretrainedWeights, output_dir, hparams: HParamsSourc
     place = _placed(output_dir)
     if hparams is not None:
         user, _ = load_hparams(hparams)
-        config = PretrainingConfig.from_hparams(place["model_name"], place["data_dir"],
-                                                {**user, "model_dir": place["model_dir"],
-                                                 "vocab_file": place["vocab_file"]})
+        config = PretrainingConfig.from_hparams(place["model_name"], place["data_dir"],  # the table's size unless set
+                                                {"vocab_size": weights.config.vocab_size, **user,
+                                                 "model_dir": place["model_dir"], "vocab_file": place["vocab_file"]})
     else:
         paths = dict.fromkeys(("pretrain_tfrecords", "eval_tfrecords", "results_txt", "results_json"))
         config = dataclasses.replace(weights.config, **place, **paths)
