@@ -97,7 +97,8 @@ def test_export_round_trip_is_exact(released, imported, tmp_path):
     for name, value in values.items():
         np.testing.assert_array_equal(reader.get_tensor(name), value, err_msg=name)
     assert tf.train.latest_checkpoint(str(out)).endswith(f"model.ckpt-{STEP}")
-    assert json.loads((out / "hparams.json").read_text())["embedding_size"] == 64
+    written = json.loads((out / "hparams.json").read_text())
+    assert written["embedding_size"] == 64 and written["model_hparam_overrides"]["max_position_embeddings"] == 512
     # import(export(x)) == x
     assert convert("from-original", "--checkpoint", out, "--output-dir", tmp_path / "models" / "again") == 0
     again = read_pretrained(tmp_path / "models" / "again").values

@@ -83,8 +83,10 @@ def to_original(model_dir_path, output_dir, overwrite: bool = False, step: Optio
 def original_hparams(config: PretrainingConfig) -> dict:
     """The original run_pretraining.py's --hparams that build this architecture."""
     disc = config.discriminator_config()
-    overrides = {name: getattr(disc, name) for name in ("hidden_size", "num_hidden_layers",
-                                                         "num_attention_heads", "intermediate_size")}
+    overrides = {name: getattr(disc, name) for name in (  # every BertConfig field the original's overrides set
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+        "initializer_range")}
     return {"model_size": "small" if config.model_size in ("small", "small++", "tiny") else config.model_size,
             "vocab_size": config.vocab_size, "embedding_size": disc.embedding_size,
             "model_hparam_overrides": overrides, "generator_hidden_size": config.generator_hidden_size,
