@@ -5,6 +5,7 @@ import io
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -89,6 +90,14 @@ def test_architecture_change_is_refused(data_dir, ten_steps, capsys):
     code, _, err = run(data_dir, ten_steps.name, capsys, num_train_steps=10,
                        model_hparam_overrides={"num_hidden_layers": 3})
     assert code == 2 and "another architecture" in err and "discriminator" in err
+    code, _, err = run(data_dir, ten_steps.name, capsys, num_train_steps=20, train_batch_size=8)
+    assert code == 2 and "trains with train_batch_size 16: its checkpoint keeps the data reader's place" in err
+    stopped = data_dir / "models" / "stopped_early"  # a run that ended before its first checkpoint
+    stopped.mkdir()
+    shutil.copyfile(ten_steps / "config.json", stopped / "config.json")
+    code, _, err = run(data_dir, stopped.name, capsys, num_train_steps=10, do_eval=False, save_checkpoints_steps=10,
+                       model_hparam_overrides={"num_hidden_layers": 1})
+    assert code == 0, err  # nothing to keep: another architecture may start there
 
 
 @pytest.mark.parametrize("values, message", [
@@ -214,8 +223,9 @@ def test_diverging_loss_stops_with_the_step_and_keeps_the_last_checkpoint(data_d
 
 
 def test_evaluation_only_reads_the_latest_checkpoint(data_dir, ten_steps, capsys):
-    code, out, err = run(data_dir, ten_steps.name, capsys, num_train_steps=10, do_train=False)
+    code, out, err = run(data_dir, ten_steps.name, capsys, num_train_steps=10, do_train=False, learning_rate=5e-4)
     assert code == 0, err
+    assert json.loads((ten_steps / "config.json").read_text())["learning_rate"] == 2e-3  # the training's, kept
     assert "evaluating" in out and "ckpt-10" in out
     results = json.loads((ten_steps / "results" / "unsup_results.json").read_text())
     assert results["global_step"] == 10 and "train_loss" not in results

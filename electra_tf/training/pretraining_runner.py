@@ -57,7 +57,8 @@ def special_ids(config: PretrainingConfig) -> Dict[str, int]:
 
 
 def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
-    """Creates the model dir, refuses an architecture change, writes the effective config."""
+    """Creates the model dir; refuses, when it holds a checkpoint, another architecture or (to
+    train on) another train_batch_size; a training run writes the effective config."""
     model_dir = Path(config.model_dir)
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +68,7 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
     except OSError as error:
         raise InputError(f"model dir {model_dir} is not writable: {error.strerror}") from None
     saved = model_dir / "config.json"
-    if saved.exists():
+    if saved.exists() and tf.train.latest_checkpoint(str(model_dir)):  # a config alone holds no model
         previous = PretrainingConfig.from_json_file(saved)
         old, new = previous.architecture_dict(), config.architecture_dict()
         if old != new:
@@ -75,7 +76,11 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
             raise InputError(f"model dir {model_dir} holds a model of another architecture "
                              f"(differs in {', '.join(changed)}: was {[old[k] for k in changed]}, now "
                              f"{[new[k] for k in changed]}); use another --model-name or the old hparams")
-    if chief:
+        if config.do_train and previous.train_batch_size != config.train_batch_size:
+            raise InputError(f"model dir {model_dir} trains with train_batch_size {previous.train_batch_size}: its "
+                             f"checkpoint keeps the data reader's place in batches of that size; resume with it, "
+                             f"or use another --model-name")
+    if chief and (config.do_train or not saved.exists()):  # an evaluation leaves the training's config
         config.save(saved)
         vocab = Path(config.vocab_file)
         if vocab.exists() and not (model_dir / "vocab.txt").exists():
