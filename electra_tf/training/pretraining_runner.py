@@ -68,7 +68,8 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
     except OSError as error:
         raise InputError(f"model dir {model_dir} is not writable: {error.strerror}") from None
     saved = model_dir / "config.json"
-    if saved.exists() and tf.train.latest_checkpoint(str(model_dir)):  # a config alone holds no model
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    if saved.exists() and latest:  # a config alone holds no model
         previous = PretrainingConfig.from_json_file(saved)
         old, new = previous.architecture_dict(), config.architecture_dict()
         if old != new:
@@ -76,7 +77,7 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
             raise InputError(f"model dir {model_dir} holds a model of another architecture "
                              f"(differs in {', '.join(changed)}: was {[old[k] for k in changed]}, now "
                              f"{[new[k] for k in changed]}); use another --model-name or the old hparams")
-        if config.do_train and previous.train_batch_size != config.train_batch_size:
+        if config.do_train and previous.train_batch_size != config.train_batch_size and _holds_reader(latest):
             raise InputError(f"model dir {model_dir} trains with train_batch_size {previous.train_batch_size}: its "
                              f"checkpoint keeps the data reader's place in batches of that size; resume with it, "
                              f"or use another --model-name")
@@ -86,6 +87,14 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
         if vocab.exists() and not (model_dir / "vocab.txt").exists():
             atomic_files.copy_file(vocab, model_dir / "vocab.txt")  # a model dir is self-contained
     return model_dir
+
+
+def _holds_reader(checkpoint: str) -> bool:
+    """Whether a checkpoint holds the data reader's state (a training run's; an import's does not)."""
+    try:
+        return any(name.startswith("iterator/") for name, _ in tf.train.list_variables(checkpoint))
+    except (tf.errors.OpError, ValueError):
+        return False  # damaged: restoring it reports that
 
 
 class _Training:
