@@ -106,6 +106,8 @@ def check_pretraining_data(config) -> None:
 def check_build_vocab(files: List[str], vocab_file: str) -> None:
     """Fails, naming both, when a build's `stats.json` (beside its shards, or above its eval/) records
     another vocab than the run's: token ids would then index the wrong rows (or past the table)."""
+    if not vocab_file or not Path(vocab_file).is_file():
+        return  # the run's own vocab check names it
     wanted = None
     for folder in sorted({Path(path).parent for path in files}):
         stats = next((f / STATS_FILE for f in (folder, folder.parent) if (f / STATS_FILE).is_file()), None)
