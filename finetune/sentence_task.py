@@ -14,7 +14,7 @@ import numpy as np
 from electra_tf.errors import InputError
 from finetune.glue import Example
 from finetune.inputs import Features, featurize
-from finetune.table_files import FORMATS, Layout, iter_rows, text_cell
+from finetune.table_files import FORMATS, Layout, blank_text, iter_rows, text_cell
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 from finetune.task_files import TaskFiles, write_test_predictions
 
@@ -97,7 +97,7 @@ class SentenceTask(Task):
         for line, cells in iter_rows(source.name, layout, columns, optional=("id",), source=source.stream(),
                                      on_blank=source.empty):
             texts = [cells.get(key) for key in ("text", "text_b") if key in columns]
-            if any(isinstance(text, str) and not text.strip() for text in texts) and source.empty(line, "text"):
+            if any(map(blank_text, texts)) and source.empty(line, "text"):
                 continue
             text_a = text_cell(texts[0], source.name, line, "text")
             text_b = text_cell(texts[1], source.name, line, "second text") if self.has_pair else None

@@ -15,7 +15,7 @@ from electra_tf.errors import InputError
 from finetune.qa_head import QAHead
 from finetune.qa_server import QAServer
 from finetune.squad_context import Paragraph
-from finetune.table_files import Layout, iter_rows, text_cell
+from finetune.table_files import Layout, blank_text, iter_rows, text_cell
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 
 
@@ -103,8 +103,8 @@ class SquadTask(Task):
         else:
             raise InputError(f"{source.name}: a SQuAD task reads jsonl or text, not {source.format}")
         for line, cells in rows:
-            texts = cells.get("question"), cells.get("context")  # JSON may hold any type: text_cell checks
-            if any(text is None or isinstance(text, str) and not text.strip() for text in texts):
+            texts = cells.get("question"), cells.get("context")  # None: a text line without its context
+            if any(text is None or blank_text(text) for text in texts):
                 if source.empty(line, "question or context"):
                     continue
             paragraph = Paragraph.split(text_cell(cells["context"], source.name, line, "context"))

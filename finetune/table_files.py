@@ -162,6 +162,12 @@ def read_rows(path, layout: Layout, columns: Dict[str, Column], max_rows: Option
     return rows
 
 
+def blank_text(value) -> bool:
+    """A cell holding text of nothing but whitespace (what --skip-empty leaves out); any other
+    value is for `text_cell` to take or refuse."""
+    return isinstance(value, str) and not value.strip()
+
+
 def text_cell(value, path: Path, line: int, field: str) -> str:
     """A text cell: a non-empty string (JSON numbers are taken as their text)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -29,6 +29,12 @@ from electra_tf.training import distribution
 from electra_tf.errors import InputError
 
 
+def holds_data_reader(path: str) -> bool:
+    """Whether a checkpoint holds the input iterator's state: a training run's does, an imported
+    checkpoint's (model and optimizer alone) does not. A damaged checkpoint raises."""
+    return any(name.startswith("iterator/") for name, _ in tf.train.list_variables(path))
+
+
 class Checkpoints:
     """A `tf.train.CheckpointManager` over `trackables` in `model_dir` (or a worker scratch dir).
 
@@ -64,7 +70,7 @@ class Checkpoints:
         restored = None
         for path in reversed(candidates):
             try:
-                imported = not any(name.startswith("iterator/") for name, _ in tf.train.list_variables(path))
+                imported = not holds_data_reader(path)
                 (self.imported if imported else self.checkpoint).restore(path).assert_existing_objects_matched()
             except (AssertionError, ValueError, IndexError, tf.errors.OpError) as error:
                 damage = damaged(path)

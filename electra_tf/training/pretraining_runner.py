@@ -77,7 +77,7 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
             raise InputError(f"model dir {model_dir} holds a model of another architecture "
                              f"(differs in {', '.join(changed)}: was {[old[k] for k in changed]}, now "
                              f"{[new[k] for k in changed]}); use another --model-name or the old hparams")
-        if config.do_train and previous.train_batch_size != config.train_batch_size and _holds_reader(latest):
+        if config.do_train and previous.train_batch_size != config.train_batch_size and _reads_on(latest):
             raise InputError(f"model dir {model_dir} trains with train_batch_size {previous.train_batch_size}: its "
                              f"checkpoint keeps the data reader's place in batches of that size; resume with it, "
                              f"or use another --model-name")
@@ -89,12 +89,13 @@ def prepare_model_dir(config: PretrainingConfig, chief: bool) -> Path:
     return model_dir
 
 
-def _holds_reader(checkpoint: str) -> bool:
-    """Whether a checkpoint holds the data reader's state (a training run's; an import's does not)."""
+def _reads_on(checkpoint: str) -> bool:
+    """Whether resuming `checkpoint` continues its data reader (`checkpointing.holds_data_reader`);
+    a damaged one does not, and restoring it reports the damage."""
     try:
-        return any(name.startswith("iterator/") for name, _ in tf.train.list_variables(checkpoint))
+        return checkpointing.holds_data_reader(checkpoint)
     except (tf.errors.OpError, ValueError):
-        return False  # damaged: restoring it reports that
+        return False
 
 
 class _Training:
