@@ -13,6 +13,7 @@ update, which was harmless only because it applied the small preset alone).
 import dataclasses
 import difflib
 import json
+import math
 import os
 import typing
 from pathlib import Path
@@ -84,6 +85,8 @@ def _coerce(name: str, value: Any, hint: Any, where: str, fields: Any = None) ->
     if base is int and is_number and float(value).is_integer():
         return int(value)
     if base is float and is_number:
+        if not math.isfinite(value):  # JSON's NaN / Infinity: every later bound check would pass or fail silently
+            raise InputError(f"{name} in {where} must be a finite number, got {value!r}")
         return float(value)
     if base is str and isinstance(value, str):
         return value

@@ -229,6 +229,11 @@ def test_value_types_are_checked():
         build(learning_rate="fast")
     with pytest.raises(InputError, match="num_train_steps .* must be int, got 1.5"):
         build(num_train_steps=1.5)
+    for name, value in (("learning_rate", float("inf")), ("gen_weight", float("nan")), ("disc_weight", -float("inf"))):
+        with pytest.raises(InputError, match=f"{name} in hparams must be a finite number, got {value}"):
+            build(**{name: value})
+    with pytest.raises(InputError, match="learning_rate in --hparams must be a finite number, got inf"):
+        PretrainingConfig.from_hparams("m", "/data", '{"learning_rate": Infinity}')
     with pytest.raises(InputError, match="debug .* must be bool"):
         build(debug="yes")
     with pytest.raises(InputError, match="electra_objective .* must be bool"):
