@@ -111,7 +111,7 @@ def quiet_tensorflow_logs() -> None:
 
 
 def exit_code(job: Callable[[], None]) -> int:
-    """Runs `job`: 0 when it ends, 2 on bad input, 1 when the loss diverged, another worker was
+    """Runs `job`: 0 when it ends, 2 on bad input (or a path it may not read or write), 1 when the loss diverged, another worker was
     lost (the last good checkpoint is kept), a write found the disk full or another process writes
     to the same directory, 128 + the signal's number when SIGTERM or SIGINT stopped it (after a
     checkpoint; 130 for a second Ctrl-C, without one); an error is one line on stderr.
@@ -124,6 +124,9 @@ def exit_code(job: Callable[[], None]) -> int:
             job()
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except PermissionError as error:  # a file or folder the user cannot read or write: their setup, not a bug
+        print(f"error: permission denied: {error.filename or error}", file=sys.stderr)
         return 2
     except Interrupted as stop:
         print(f"stopped: {stop}", file=sys.stderr)

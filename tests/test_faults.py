@@ -184,6 +184,17 @@ def squad_file(path, answer_starts):
     return path
 
 
+def test_a_path_without_permission_is_one_line_naming_it(tmp_path, capsys):
+    """Root reads every file, so the denial is raised where a script's job would meet it."""
+    from electra_tf.cli import exit_code
+    locked = tmp_path / "train.tsv"
+
+    def job():
+        raise PermissionError(13, "Permission denied", str(locked))
+    assert exit_code(job) == 2
+    assert capsys.readouterr().err == f"error: permission denied: {locked}\n"
+
+
 def test_squad_training_skips_unfindable_answers_up_to_a_threshold(tmp_path):
     log = []
     # 1 of 30 wrong (3 %): skipped and counted; one off by two characters inside the answer's words: corrected
