@@ -113,8 +113,9 @@ def quiet_tensorflow_logs() -> None:
 def exit_code(job: Callable[[], None]) -> int:
     """Runs `job`: 0 when it ends, 2 on bad input (or a path it may not read or write), 1 when
     the loss diverged, another worker was lost (the last good checkpoint is kept), a write found
-    the disk full or another process writes to the same directory, 128 + the signal's number when SIGTERM or SIGINT stopped it (after a
-    checkpoint; 130 for a second Ctrl-C, without one); an error is one line on stderr.
+    the disk full or another process writes to the same directory, 128 + the signal's number when
+    SIGTERM or SIGINT stopped it (after a checkpoint; 130 for a second Ctrl-C, without one); an
+    error is one line on stderr.
 
     A full disk that the job did not report itself (as `DiskFull`, saying what is intact) is
     reported here, naming the file the error names; a checkpoint it was saving is cleaned up."""
