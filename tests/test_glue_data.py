@@ -293,8 +293,16 @@ def test_config_task_size_and_recipe_presets():
     ({"task_names": ["squad"], "doc_stride": 0}, "doc_stride 0 must be at least 1"),  # else windows never advance
     ({"task_names": ["squad"], "n_best_size": 0}, "n_best_size 0 must be at least 1"),
     ({"task_names": ["mrpc"], "seed": -1}, "seed -1 must be at least 0"),
+    ({"task_names": ["mrpc"], "num_trials": 2, "init_checkpoint": "/data/models/m/finetuning_models/mrpc_model_2/finetuned"},
+     "lies in /data/models/m/finetuning_models/mrpc_model_2, which trial 2 of this run replaces"),  # it would be deleted
     ({"task_names": ["mrpc"], "seed": 2 ** 32 - 1, "num_trials": 2}, r"below 2\*\*32 \(NumPy's seeds\)"),
 ])
 def test_config_errors(hparams, message):
     with pytest.raises(InputError, match=message):
         config(**hparams)
+
+
+def test_a_trial_dir_may_start_another_tasks_run_or_an_evaluation():
+    trial = "/data/models/m/finetuning_models/mrpc_model_1"  # not replaced by these runs
+    assert config(task_names=["sst"], init_checkpoint=trial).init_checkpoint == trial
+    assert config(task_names=["mrpc"], init_checkpoint=trial, do_train=False).init_checkpoint == trial
