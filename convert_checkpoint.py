@@ -114,7 +114,7 @@ def main(argv=None) -> int:
             if not Path(args.model_dir).is_dir():
                 raise InputError(f"model dir {args.model_dir} does not exist")
             from finetune import saved_model as finetuned
-            if finetuned.is_finetuned_dir(args.model_dir):
+            if finetuned.is_trial_dir(args.model_dir):
                 if args.step is not None:
                     raise InputError(f"--step: {args.model_dir} is a fine-tuning trial's dir (one model, no steps)")
                 server = finetuned.export_finetuned(args.model_dir, args.output_dir, args.task, args.overwrite,

@@ -34,7 +34,7 @@ from electra_tf.training.distribution import precision_scope
 from finetune.config import FinetuningConfig
 from finetune.model import FinetuningModel
 from finetune.multitask import batch_spec, complete
-from finetune.runner import FINETUNED, RUN_CONFIG, TASK_CARDS
+from finetune.runner import FINETUNED, INTERRUPTED, RUN_CONFIG, TASK_CARDS
 from finetune.tasks import canonical_name, get_task, run_tasks
 
 EXTRA = "assets.extra"  # a SavedModel's files beside its graph: the run's config, cards and vocab
@@ -44,6 +44,11 @@ SERVED_TASK = "served_task"  # in EXTRA: the name of the task the SavedModel ser
 def is_finetuned_dir(path) -> bool:
     """Whether `path` holds a fine-tuned model (a trial's model dir) rather than a pretrained one."""
     return (Path(path) / f"{FINETUNED}.index").is_file()
+
+
+def is_trial_dir(path) -> bool:
+    """Whether `path` is a fine-tuning trial's model dir, finished or not, rather than a pretrained one."""
+    return is_finetuned_dir(path) or (Path(path) / RUN_CONFIG).is_file()
 
 
 def is_saved_model(path) -> bool:
@@ -90,8 +95,10 @@ def load_finetuned(model_dir, task: Optional[str] = None, precision: str = "floa
     if is_saved_model(model_dir):
         return _load_saved_model(model_dir, task, precision)
     if not is_finetuned_dir(model_dir):
-        raise InputError(f"{model_dir} holds no fine-tuned model ({FINETUNED}.index); a trial's model dir "
-                         f"is finetuning_models/<tasks>_model_<trial>, kept when keep_all_models is true")
+        raise InputError(f"{model_dir} holds no fine-tuned model ({FINETUNED}.index); " + (
+            "its trial stopped before it ended: run its run_finetuning.py command again to finish it"
+            if (model_dir / f"{INTERRUPTED}.json").is_file() else
+            "a trial's model dir is finetuning_models/<tasks>_model_<trial>, kept when keep_all_models is true"))
     config = read_run_config(model_dir)
     served = choose_task(config, task, model_dir)
     check_vocab(model_dir / VOCAB_FILE, config.vocab_size)

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+import convert_checkpoint
 import run_finetuning
 from electra_tf import layerwise_decay
 from electra_tf.config import PretrainingConfig
@@ -280,6 +281,10 @@ def test_sigterm_stops_a_trial_with_a_checkpoint_and_the_run_resumes_it(data_dir
     assert stopped, err
     step = int(stopped.group(1))
     assert 2 <= step < 60 and json.loads((model_dir / "interrupted.json").read_text())["step"] == step
+    capsys.readouterr()
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(model_dir), "--output-dir",
+                                    str(tmp_path / "export")]) == 2  # not a pretrained model's config.json error
+    assert "its trial stopped before it ended: run its run_finetuning.py command again" in capsys.readouterr().err
 
     resume_state, restored = Trial._resume_state, []
 
