@@ -146,9 +146,10 @@ def copy_model_files(model_dir, directory: Path, served: str) -> None:
     """Writes into `directory` what featurizing needs beside the weights: the trial's run config,
     task cards and vocab, and the name of the served task (`read_served` reads them back)."""
     directory.mkdir(exist_ok=True)
+    source = model_files(model_dir)  # a trial's dir, or a SavedModel's EXTRA
     for name in (RUN_CONFIG, TASK_CARDS, VOCAB_FILE):
-        if (Path(model_dir) / name).is_file():
-            shutil.copyfile(Path(model_dir) / name, directory / name)
+        if (source / name).is_file():
+            shutil.copyfile(source / name, directory / name)
     (directory / SERVED_TASK).write_text(served + "\n", encoding="utf-8")
 
 
@@ -177,7 +178,7 @@ def build_server(model_dir, task: Optional[str] = None, precision: str = "float3
     in `precision`."""
     model, config, served = load_finetuned(model_dir, task, precision)
     model.encoder.freeze_qkv()
-    tokenizer = Tokenizer(Path(model_dir) / VOCAB_FILE, do_lower_case=config.do_lower_case)
+    tokenizer = Tokenizer(model_files(model_dir) / VOCAB_FILE, do_lower_case=config.do_lower_case)
     return served.server(tokenizer, model, config, precision)
 
 

@@ -76,6 +76,14 @@ def test_float32_export_serves_the_saved_model_servers_probabilities(trial, serv
         LiteServer(damaged)
 
 
+def test_a_saved_model_exports_as_its_trial_dir(trial, served, shared_data, tmp_path):
+    """litert --model-dir takes a fine-tuned SavedModel too: its files live in assets.extra."""
+    sentences, _ = dev_rows(shared_data)
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial), "--output-dir", str(tmp_path / "sm")]) == 0
+    server = export(tmp_path / "sm", tmp_path / "lite", int8=False)
+    np.testing.assert_allclose(lite_probabilities(server, sentences[:100], 32), served[:100], atol=1e-5)
+
+
 def test_one_sentence_signature_runs_in_xnnpack_whole(trial, tmp_path):
     """A single sentence's graph (`one_sentence`) has constant reshapes only, so that XNNPACK takes
     nearly all of it: 3 delegated partitions (the embedding lookups and the [CLS] gather stay
