@@ -247,11 +247,13 @@ class FinetuningConfig(HParams):
         _require(self.num_train_epochs > 0, f"num_train_epochs {self.num_train_epochs} must be positive")
         _require(0 <= self.warmup_proportion <= 1, f"warmup_proportion {self.warmup_proportion} must be in [0, 1]")
         _require(self.weight_decay_rate >= 0, f"weight_decay_rate {self.weight_decay_rate} must not be negative")
-        for trial in range(1, self.num_trials + 1) if self.do_train and self.init_checkpoint else ():
-            replaced = os.path.realpath(self.model_dir(trial))  # wiped as the trial starts
-            _require(os.path.commonpath([os.path.realpath(self.init_checkpoint), replaced]) != replaced,
-                     f"init_checkpoint {self.init_checkpoint} lies in {self.model_dir(trial)}, which trial {trial} "
-                     f"of this run replaces: copy it elsewhere first")
+        if self.do_train and self.init_checkpoint:
+            source = os.path.realpath(self.init_checkpoint)
+            for trial in range(1, self.num_trials + 1):
+                replaced = os.path.realpath(self.model_dir(trial))  # wiped as the trial starts
+                _require(os.path.commonpath([source, replaced]) != replaced,
+                         f"init_checkpoint {self.init_checkpoint} lies in {self.model_dir(trial)}, which trial "
+                         f"{trial} of this run replaces: copy it elsewhere first")
         encoder = self.encoder_config()
         _require(self.max_seq_length <= encoder.max_position_embeddings,
                  f"max_seq_length {self.max_seq_length} exceeds max_position_embeddings "

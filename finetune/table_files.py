@@ -163,9 +163,9 @@ def read_rows(path, layout: Layout, columns: Dict[str, Column], max_rows: Option
 
 
 def blank_text(value) -> bool:
-    """A cell holding text of nothing but whitespace (what --skip-empty leaves out); any other
-    value is for `text_cell` to take or refuse."""
-    return isinstance(value, str) and not value.strip()
+    """A cell holding text of nothing but whitespace (what --skip-empty leaves out). Any other JSON
+    value (a number, list, null, ...) prints as something, so it goes on to `text_cell` to take or refuse."""
+    return not str(value).strip()
 
 
 def text_cell(value, path: Path, line: int, field: str) -> str:
