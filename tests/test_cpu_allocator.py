@@ -26,8 +26,12 @@ def page_faults_per_step(*args):
     """The script's median page faults a step, with glibc's mmap threshold fixed at 128 KB: TF's
     default allocator then gets every large buffer from a fresh mmap and returns it at free, as it
     does on some machines anyway (glibc's dynamic threshold decides otherwise on others), so the
-    unpooled run faults its temporaries in every step wherever the test runs."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), MALLOC_MMAP_THRESHOLD_="131072")
+    unpooled run faults its temporaries in every step wherever the test runs. oneDNN's kernels are
+    off, as on CPUs without AVX-512 VNNI or AMX: where TensorFlow turns them on by default, this
+    step faulted in no page a step even unpooled (an AVX-512 EPYC, 2026-12-01: 0 against 36,872
+    with them off), so the control below would read nothing there."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), MALLOC_MMAP_THRESHOLD_="131072",
+               TF_ENABLE_ONEDNN_OPTS="0")
     env.pop(VARIABLE, None)
     out = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "allocator_page_faults.py"), *args],
                          env=env, capture_output=True, text=True, check=True).stdout
