@@ -13,6 +13,7 @@ and per type (`<type>/f1`, ...). `chunk` is its preset (`finetune.chunk_preset`)
 
 import dataclasses
 import itertools
+import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -24,11 +25,17 @@ from finetune import chunking
 from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
 from finetune.predict_inputs import InputSource
 from finetune.table_files import Layout, iter_rows, read_rows
-from finetune.tagging_server import TaggerServer
+from finetune.tagging_server import WHITE_SPACE, TaggerServer
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 from finetune.task_files import write_test_predictions
 
 SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
+WORD_BREAK = re.compile(WHITE_SPACE)  # str.split() breaks at U+001C-U+001F too, which the SavedModel does not
+
+
+def line_words(text: str) -> List[str]:
+    """A plain-text line's words, as the tagging SavedModel (`finetune.tagging_server`) splits them."""
+    return [word for word in WORD_BREAK.split(text) if word]
 
 
 @dataclasses.dataclass
@@ -180,7 +187,7 @@ class TaggingTask(Task):
                 if not text.strip() and line is not None and source.empty(line):
                     continue
                 if line is not None:
-                    yield None, TextSentence.of_words(line, text.split(), text)
+                    yield None, TextSentence.of_words(line, line_words(text), text)
                 continue
             fields = text.split()
             if fields and fields[0] != "-DOCSTART-":

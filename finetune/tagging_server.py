@@ -1,6 +1,6 @@
 """The SavedModel server of a tagging task: sentences in, a tag per word and the entities out.
 
-`serving_default(text: tf.string [B])` splits each sentence on whitespace and featurizes its words
+`serving_default(text: tf.string [B])` splits each sentence on whitespace (Unicode's) and featurizes its words
 as `finetune.chunking.featurize` does (lower-cased when the task is; the first sub-token of each
 word tagged; the original's cut of long sentences; segment ids 1), then returns
     tags          tf.string [B, W]  each word's BIOES tag, "" for a word past max_seq_length
@@ -23,12 +23,18 @@ from electra_tf.checkpoints.saved_model import embedding_outputs, framed, precis
 from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.tokenization import Tokenizer
 
+# Between the words of a sentence to tag: Unicode's White_Space characters, as a regex class that
+# Python's re and RE2 read alike. tf_text's WhitespaceTokenizer splits on the same ones but leaves
+# all but the last byte of a multi-byte one (U+00A0, U+3000, ...) in the word before it
+# (tensorflow-text 2.20: "Corp.\u00a0said" gives b"Corp.\xc2"), so RE2 splits here.
+WHITE_SPACE = "[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
+
 
 def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, lowercase: bool):
     """text tf.string [B] -> ({input_ids, input_mask, segment_ids [B, L], labeled_positions
     [B, Wk], token_start and token_end [B, L]: each token's characters in the sentence, -1 on
     [CLS], [SEP] and padding}, kept bool [B, (W)], word spans in characters [B, (W)] x 2)."""
-    words, starts, ends = tf_text.WhitespaceTokenizer().tokenize_with_offsets(text)  # [B, (W)], bytes
+    words, starts, ends = tf_text.regex_split_with_offsets(text, WHITE_SPACE, "")  # [B, (W)], bytes
     flat = words.flat_values  # [NW]
     if lowercase:  # the original's tagging words: lower-cased, accents stripped, before WordPiece
         flat = tf.strings.regex_replace(tf_text.normalize_utf8(tf.strings.lower(flat, encoding="utf-8"), "NFD"),

@@ -165,7 +165,9 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, exported, t
                        "--output", str(tmp_path / "line.jsonl")])  # .txt is CoNLL for this task: its files are
     assert len(row["words"]) == len(line.split())
     assert all(line[e["start"]:e["end"]] == e["text"] for e in row["entities"])  # spans in the line itself
-    sentences = [" ".join(sentence.words) for sentence in split.examples[:12]] + [line]
+    # U+001C-U+001F are whitespace to str.split, not to Unicode (nor to the SavedModel); U+00A0 and U+3000 are both
+    odd = "Rockwell\x1cInternational Corp.\u00a0said\u3000it signed a\x1ftentative agreement ."
+    sentences = [" ".join(sentence.words) for sentence in split.examples[:12]] + [line, odd]
     (tmp_path / "lines.txt").write_text("\n".join(sentences) + "\n")
     rows = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "lines.txt"), "--input-format", "text",
                       "--output", str(tmp_path / "lines.jsonl")])
@@ -174,11 +176,15 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, exported, t
                     str(tmp_path / "served.npz")], check=True, capture_output=True, cwd=tmp_path,
                    env={**os.environ, "PYTHONPATH": ""})
     served = dict(np.load(tmp_path / "served.npz"))  # a process with TensorFlow and tensorflow_text only
-    embedded = tf.saved_model.load(str(exported["phrases"])).signatures["embed"](text=tf.constant(sentences))
-    assert_embed_offsets(Tokenizer(root / "vocab.txt"), {1: sentences},  # tagging inputs are segment 1
+    plain = sentences[:-1]  # the reference offsets split words as SQuAD does, which U+00A0 does not break
+    embedded = tf.saved_model.load(str(exported["phrases"])).signatures["embed"](text=tf.constant(plain))
+    assert_embed_offsets(Tokenizer(root / "vocab.txt"), {1: plain},  # tagging inputs are segment 1
                          {key: value.numpy() for key, value in embedded.items()})
-    for i, row in enumerate(rows):  # the SavedModel tags and finds the entities as predict does
+    assert rows[-1]["words"] == ["Rockwell\x1cInternational", "Corp.", "said", "it", "signed", "a\x1ftentative",
+                                 "agreement", "."]
+    for i, row in enumerate(rows):  # the SavedModel splits, tags and finds the entities as predict does
         words = len(row["words"])
+        assert int((served["word_start"][i] >= 0).sum()) == words
         assert [t or None for t in served["tags"][i][:words].tolist()] == row["tags"]
         found = [(kind, int(start), int(end)) for kind, start, end in zip(
             served["entity_type"][i].tolist(), served["entity_start"][i], served["entity_end"][i]) if start >= 0]
