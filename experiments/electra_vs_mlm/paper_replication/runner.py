@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import List, Optional
 
+from electra_tf import atomic_files
 from electra_tf.dir_lock import DirLock
 from electra_tf.errors import DirectoryInUse
 from electra_tf.progress import format_duration as duration
@@ -81,9 +82,7 @@ def prepare_glue(ctx: Context) -> None:
         if task == "sst" and not (target / "train.tsv").exists():
             header, *rows = (source / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
             keep = sorted(random.Random(0).sample(range(len(rows)), ctx.settings.sst_subsample))
-            temporary = target / "train.tsv.tmp"
-            temporary.write_text(header + "".join(rows[i] for i in keep), encoding="utf-8")
-            temporary.replace(target / "train.tsv")
+            atomic_files.write_text(target / "train.tsv", header + "".join(rows[i] for i in keep))
 
 
 class RunLock:

@@ -2,8 +2,8 @@
 
 `<output-dir>/units/<unit id>.json` beside the bulky outputs, and the same file under
 `<results-dir>/units/`, which is committed: a unit counts as done when either copy exists, so a
-machine that lost the output dir does not redo finished fine-tuning. Files are written
-atomically (temporary file, then rename), so a killed run never leaves half a result.
+machine that lost the output dir does not redo finished fine-tuning. Files are written whole or
+not at all (`electra_tf.atomic_files`), so a killed run never leaves half a result.
 
 Time that no unit file holds: a worker keeps `units/<unit id>.unrecorded/<worker>.json` up to date
 with the seconds it has spent on the unit it is running (for pretraining, the segment it is
@@ -14,18 +14,16 @@ add these files to the units' own.
 """
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional
 
+from electra_tf import atomic_files
+
 
 def write_json(path: Path, document) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + f".tmp{os.getpid()}")
-    temporary.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    atomic_files.write_text(path, json.dumps(document, indent=1, sort_keys=True) + "\n")
 
 
 def read_json(path: Path) -> Optional[dict]:

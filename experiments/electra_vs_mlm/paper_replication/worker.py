@@ -25,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
+from electra_tf import atomic_files
 from electra_tf.cli import use_pooled_cpu_allocator, use_tf_keras_only
 from paper_replication.store import Store
 from paper_replication.units import checkpoint_fingerprint, cpu_description, latest_checkpoint_step
@@ -146,9 +147,7 @@ def _copy_probe(model_dir: Path, step: int, probe: Path) -> None:
     for name in ("config.json", "vocab.txt"):
         shutil.copyfile(model_dir / name, probe.parent / name)
     for source in sorted(model_dir.glob(f"ckpt-{step}.data-*")) + [model_dir / f"ckpt-{step}.index"]:
-        temporary = probe.parent / (source.name + ".tmp")
-        shutil.copyfile(source, temporary)
-        temporary.replace(probe.parent / source.name)
+        atomic_files.copy_file(source, probe.parent / source.name)
 
 
 def _worker_name() -> str:
