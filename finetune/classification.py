@@ -29,6 +29,7 @@ class NamedLabels:
     once); a cell's labels as head positions, a label train never had an error naming the line."""
 
     files: object
+    min_labels = 1  # the fewest labels the head is for
     _labels: Optional[Tuple[str, ...]] = None
     _positions: Optional[Dict[str, int]] = None
 
@@ -41,8 +42,12 @@ class NamedLabels:
         """The label names in head order."""
         if self._labels is None:
             path, rows = self.files.rows("train")
-            self._labels = stable_labels(name for line, cells in rows
-                                         for name in self.cell_labels(cells["label"], path, line))
+            labels = stable_labels(name for line, cells in rows
+                                   for name in self.cell_labels(cells["label"], path, line))
+            if len(labels) < self.min_labels:
+                raise InputError(f"{path}: its labels are {list(labels)}: a {self.type_name} task needs at least "
+                                 f"{self.min_labels} (a head over fewer learns nothing)")
+            self._labels = labels
         return self._labels
 
     def positions(self, cell, path: Path, line: int) -> List[int]:
@@ -58,6 +63,7 @@ class NamedLabels:
 
 class ClassificationTask(NamedLabels, SentenceTask):
     type_name = "classification"
+    min_labels = 2  # one class: a softmax over it has loss 0 and scores 100 whatever it reads
 
     def __init__(self, name: str, files: Optional[TaskFiles], labels: Optional[Sequence[str]] = None,
                  metrics: Tuple[str, ...] = USER_METRICS, per_class: bool = True):

@@ -104,13 +104,14 @@ def get_task(name: str) -> GlueTask:
 
 @dataclasses.dataclass
 class Example:
-    """One row: eid is its position in the split (the original's eid); index the GLUE test index."""
+    """One row: eid is its position in the split (the original's eid); index the GLUE test index
+    (a user task's id: text or a JSON number, `finetune.table_files.RowId`)."""
 
     eid: int
     text_a: str
     text_b: Optional[str]
     label: Optional[object]  # label position (int) or float target; None when unlabelled
-    index: Optional[str] = None
+    index: Optional[object] = None
 
 
 def task_dir(finetuning_data: Path, task: GlueTask) -> Path:

@@ -24,6 +24,7 @@ from finetune.classification import NamedLabels
 from finetune.sentence_task import SentenceTask
 from finetune.servers import MultilabelServer
 from finetune.task import EvalSplit
+from finetune.table_files import text_cell
 from finetune.task_files import TaskFiles
 
 
@@ -73,12 +74,11 @@ class MultilabelTask(NamedLabels, SentenceTask):
                 pass
         if isinstance(value, str) and self.label_delimiter is not None:
             value = [part for part in value.split(self.label_delimiter) if part.strip()]
-        if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool)
-                                                  for v in value):
+        if not isinstance(value, list):
             how = f"nor text split on {self.label_delimiter!r}" if self.label_delimiter is not None else \
                 "(set label_delimiter in the task spec if the labels are delimited)"
             raise InputError(f"{path}:{line}: labels {cell!r} are neither a JSON list of labels {how}")
-        return tuple(str(v).strip() for v in value)
+        return tuple(text_cell(v, path, line, f"label {v!r} of {cell!r}").strip() for v in value)
 
     def label_value(self, cell, path: Path, line: int) -> np.ndarray:
         vector = np.zeros(len(self.labels), np.float32)

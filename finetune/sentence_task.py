@@ -14,7 +14,7 @@ import numpy as np
 from electra_tf.errors import InputError
 from finetune.glue import Example
 from finetune.inputs import Features, featurize
-from finetune.table_files import FORMATS, Layout, blank_text, iter_rows, text_cell
+from finetune.table_files import FORMATS, Layout, blank_text, id_cell, iter_rows, text_cell
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 from finetune.task_files import TaskFiles, write_test_predictions
 
@@ -50,9 +50,10 @@ class SentenceTask(Task):
             text_b = None
             if self.has_pair:
                 text_b = text_cell(cells["text_b"], path, line, f"second text (column {self.files.text_b!r})")
-            label = self.label_value(cells["label"], path, line) if "label" in cells else None
-            index = None if cells.get("id") is None else str(cells["id"])
-            examples.append(Example(len(examples), text_a, text_b, label, index))
+            unlabelled = "label" not in cells or (  # a test row whose label is left blank is to be predicted
+                split == "test" and (cells["label"] is None or blank_text(cells["label"])))
+            label = None if unlabelled else self.label_value(cells["label"], path, line)
+            examples.append(Example(len(examples), text_a, text_b, label, id_cell(cells.get("id"), path, line)))
         return examples
 
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> Features:
@@ -101,7 +102,7 @@ class SentenceTask(Task):
                 continue
             text_a = text_cell(texts[0], source.name, line, "text")
             text_b = text_cell(texts[1], source.name, line, "second text") if self.has_pair else None
-            yield (None if cells.get("id") is None else str(cells["id"])), Example(line, text_a, text_b, None)
+            yield id_cell(cells.get("id"), source.name, line), Example(line, text_a, text_b, None)
 
     def _text_inputs(self, source) -> Iterator[Tuple[Optional[str], Example]]:
         for line, text in source.lines():

@@ -168,6 +168,19 @@ def blank_text(value) -> bool:
     return not str(value).strip()
 
 
+RowId = Union[str, int, float, None]  # a row's id: text or a JSON number, as its file gave it
+
+
+def id_cell(value, path: Path, line: int) -> RowId:
+    """A row's id as its predictions carry it: text or a JSON number as it is; None for a blank
+    or null cell (the row's position then stands in); anything else one error naming the line."""
+    if value is None or blank_text(value):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"{path}:{line}: the id {value!r} is {type(value).__name__}, not text or a number")
+    return value
+
+
 def text_cell(value, path: Path, line: int, field: str) -> str:
     """A text cell: a non-empty string (JSON numbers are taken as their text)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):

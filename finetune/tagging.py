@@ -24,13 +24,20 @@ from electra_tf.errors import InputError
 from finetune import chunking
 from finetune.chunking import Sentence, TaggingFeatures, TaggingHead
 from finetune.predict_inputs import InputSource
-from finetune.table_files import Layout, iter_rows, read_rows
+from finetune.table_files import Layout, RowId, id_cell, iter_rows, read_rows
 from finetune.tagging_server import WHITE_SPACE, TaggerServer
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 from finetune.task_files import write_test_predictions
 
 SCHEMES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}  # scheme -> the tag prefixes it allows
 WORD_BREAK = re.compile(WHITE_SPACE)  # str.split() breaks at U+001C-U+001F too, which the SavedModel does not
+
+
+def json_words(words, path, line: int, key: str) -> Tuple[str, ...]:
+    """A JSONL sentence's words: a list of text, each word something to tag, or one error naming the line."""
+    if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+        raise InputError(f"{path}:{line}: {key!r} must be a JSON list of words (non-empty strings)")
+    return tuple(words)
 
 
 def line_words(text: str) -> List[str]:
@@ -45,7 +52,7 @@ class TextSentence(Sentence):
 
     text: str = ""
     offsets: Tuple[Tuple[int, int], ...] = ()
-    row_id: Optional[str] = None  # a test file's `id` (JSONL), carried into its predictions
+    row_id: RowId = None  # a test file's `id` (JSONL), carried into its predictions
 
     @classmethod
     def of_words(cls, eid: int, words, text: Optional[str] = None) -> "TextSentence":
@@ -88,9 +95,9 @@ class TaggingTask(Task):
         sentences = []
         for line, cells in read_rows(path, Layout("jsonl"), {"tokens": self.tokens_key, "tags": self.tags_key},
                                      max_examples):
-            words, tags = cells["tokens"], cells["tags"]
-            if not (isinstance(words, list) and isinstance(tags, list)):
-                raise InputError(f"{path}:{line}: {self.tokens_key!r} and {self.tags_key!r} must be JSON lists")
+            words, tags = json_words(cells["tokens"], path, line, self.tokens_key), cells["tags"]
+            if not isinstance(tags, list):
+                raise InputError(f"{path}:{line}: {self.tags_key!r} must be a JSON list of tags")
             if not words:
                 raise InputError(f"{path}:{line}: an empty sentence (no tokens)")
             if len(words) != len(tags):
@@ -99,7 +106,7 @@ class TaggingTask(Task):
                 if not chunking.valid_tag(tag, prefixes):
                     raise InputError(f"{path}:{line}: tag {tag!r} is not O or "
                                      f"{'/'.join(p + '-' for p in prefixes)}<type> ({self.scheme})")
-            sentences.append(Sentence(len(sentences), tuple(map(str, words)), tuple(tags), f"{path}:{line}"))
+            sentences.append(Sentence(len(sentences), words, tuple(tags), f"{path}:{line}"))
         return sentences
 
     def read(self, config, split: str, max_examples: Optional[int]) -> List[Sentence]:
@@ -172,12 +179,10 @@ class TaggingTask(Task):
         if source.format == "jsonl":
             for line, cells in iter_rows(source.name, Layout("jsonl"), {"tokens": self.tokens_key, "id": "id"},
                                          optional=("id",), source=source.stream(), on_blank=source.empty):
-                words = cells["tokens"]
-                if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
-                    raise InputError(f"{source.name}:{line}: {self.tokens_key!r} must be a JSON list of words")
+                words = json_words(cells["tokens"], source.name, line, self.tokens_key)
                 if not words and source.empty(line, "sentence"):
                     continue
-                yield (None if cells.get("id") is None else str(cells["id"])), TextSentence.of_words(line, words)
+                yield id_cell(cells.get("id"), source.name, line), TextSentence.of_words(line, words)
             return
         if source.format not in ("text", "conll"):
             raise InputError(f"{source.name}: a tagging task reads text, jsonl or conll, not {source.format}")

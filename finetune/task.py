@@ -145,12 +145,17 @@ def text_offsets(tokenizer, texts: Sequence[str]) -> List[np.ndarray]:
 
 
 def stable_labels(values) -> Tuple[str, ...]:
-    """A label set in a stable order: numerically when every label is a number, else as strings."""
-    values = set(values)
+    """A label set in a stable order: numerically when every label is a finite number (labels of
+    equal value, "1" and "1.0", by their text), else as strings. A set's own order depends on the
+    process's hash seed, so ties must be broken by the text for the head to be the same each run."""
+    values = sorted(set(values))
     try:
-        return tuple(sorted(values, key=float))
+        numbers = [float(value) for value in values]
     except ValueError:
-        return tuple(sorted(values))
+        return tuple(values)
+    if not all(np.isfinite(numbers)):  # NaN compares false both ways: no order to sort by
+        return tuple(values)
+    return tuple(value for _, value in sorted(zip(numbers, values)))
 
 
 def label_positions(labels: Sequence[str]) -> Dict[str, int]:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from finetune.table_files import Column, Layout, read_rows
+from finetune.table_files import Column, Layout, RowId, read_rows
 
 TEST_PREDICTIONS_DIR = "test_predictions"
 
@@ -46,7 +46,7 @@ class TaskFiles:
                 "text": self.text, "text_b": self.text_b, "label": self.label, "id": self.id}
 
 
-def write_test_predictions(results_dir, task_name: str, ids: List[Optional[str]], rows: List[dict]) -> Path:
+def write_test_predictions(results_dir, task_name: str, ids: List[RowId], rows: List[dict]) -> Path:
     """`results/test_predictions/<task>.jsonl` (written whole, then renamed into place)."""
     path = Path(results_dir) / TEST_PREDICTIONS_DIR / f"{task_name}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -69,8 +69,13 @@ def check_spec(name: str, spec) -> None:
         raise InputError(f"{where}.{by_index[0]}: a JSONL file's fields are named by key, not by index")
     if "scheme" in spec and spec["scheme"] not in SCHEMES:
         raise InputError(f"{where}.scheme {spec['scheme']!r} is not one of: {', '.join(SCHEMES)}")
-    if "labels" in spec and not (spec["labels"] and all(isinstance(v, str) for v in spec["labels"])):
-        raise InputError(f"{where}.labels must be a non-empty list of strings")
+    if "labels" in spec and not (spec["labels"] and all(isinstance(v, str) and v.strip() for v in spec["labels"])):
+        raise InputError(f"{where}.labels must be a non-empty list of non-empty strings")
+    if "labels" in spec and len(spec["labels"]) < TYPES[kind].min_labels:
+        raise InputError(f"{where}.labels {spec['labels']!r}: a {kind} task needs at least "
+                         f"{TYPES[kind].min_labels} labels")
+    if spec.get("label_delimiter") == "":
+        raise InputError(f"{where}.label_delimiter must not be empty")
     if "labels" in spec and len(set(spec["labels"])) < len(spec["labels"]):
         repeated = next(label for label in spec["labels"] if spec["labels"].count(label) > 1)
         raise InputError(f"{where}.labels names {repeated!r} twice")

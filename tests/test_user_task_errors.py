@@ -71,6 +71,27 @@ def vocab(tmp_path, vocab_file):
      r"t/dev.txt:5: entity type 'LOC', which the train file \(.*t/train.txt\) never has"),
     ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt"},
      {"train.txt": "-DOCSTART- -X- O\n\n"}, r"t/train.txt: holds no sentences"),
+    # one class: a softmax over it has loss 0 and scores 100 (it trained, exit 0); no label: dnnl aborted
+    (CSV, {"train.csv": "text,label\nfine film,pos\ngood film,pos\n", "dev.csv": GOOD_CSV},
+     r"t/train.csv: its labels are \['pos'\]: a classification task needs at least 2"),
+    ({**CSV, "type": "multilabel", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": []}\n{"text": "b", "label": []}\n'},
+     r"t/train.jsonl: its labels are \[\]: a multilabel task needs at least 1"),
+    ({**CSV, "type": "multilabel", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": ["x"]}\n{"text": "b", "label": ["", "x"]}\n'},
+     r"t/train.jsonl:2: the label '' of \['', 'x'\] is empty"),
+    ({**CSV, "type": "multilabel", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": ["x"]}\n{"text": "b", "label": [["x"]]}\n'},
+     r"t/train.jsonl:2: the label \['x'\] of \[\['x'\]\] is list, not text"),
+    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": ["a", ["b"]], "tags": ["O", "O"]}\n'},
+     r"t/train.jsonl:2: 'tokens' must be a JSON list of words \(non-empty strings\)"),
+    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"tokens": ["a", ""], "tags": ["O", "O"]}\n'},
+     r"t/train.jsonl:1: 'tokens' must be a JSON list of words"),
+    ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl", "id": "id", "test": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": "x", "id": 1}\n{"text": "b", "label": "y", "id": {"doc": 7}}\n'},
+     r"t/train.jsonl:2: the id \{'doc': 7\} is dict, not text or a number"),
 ])
 def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     with pytest.raises(InputError, match=message):
@@ -89,6 +110,10 @@ def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     ({"embeddings": CSV}, r"tasks.embeddings: 'embeddings' names a part of the encoder"),
     ({"t": {**CSV, "labels": ["pos", "neg", "pos"]}}, r"tasks.t.labels names 'pos' twice"),
     ({"t": {**CSV, "type": "multilabel", "threshold": 50}}, r"tasks.t.threshold must lie between 0 and 1"),
+    ({"t": {**CSV, "labels": ["pos"]}}, r"tasks.t.labels \['pos'\]: a classification task needs at least 2 labels"),
+    ({"t": {**CSV, "type": "multilabel", "labels": ["a", " "]}}, r"tasks.t.labels must be a non-empty list of "
+                                                                 r"non-empty strings"),
+    ({"t": {**CSV, "type": "multilabel", "label_delimiter": ""}}, r"tasks.t.label_delimiter must not be empty"),
 ])
 def test_bad_task_specs_are_refused(tmp_path, tasks, message):
     with pytest.raises(InputError, match=message):

@@ -7,6 +7,9 @@ import csv
 import io
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from finetune.inputs import Features, pad_batch
 from finetune.multitask import MixedFeatures, batch_spec, mixed_batch
 from finetune.runner import Trial, run
 from finetune.task_data import load_task_data, make_tokenizer
+from finetune.tasks import get_task
 from process_helpers import serve_in_fresh_process
 
 ROWS = 64
@@ -183,7 +187,8 @@ def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data)
         (tickets / f"{split}.tsv").write_text(("ref\ttext\tmood\n" if split == "train" else "text\tmood\n") + "".join(
             (f"r{i}\t" if split == "train" else "") + f"{text}\t{'happy' if label == '1' else 'sad'}\n"
             for i, (text, label) in enumerate(part)))
-    (tickets / "test.tsv").write_text("ref\ttext\nt1\tA gem .\nt2\tDull and long .\n")
+    # a blank id: the row's position stands in; blank labels: a test file's rows are to be predicted
+    (tickets / "test.tsv").write_text("ref\ttext\tmood\nt1\tA gem .\t\n\tDull and long .\t\n")
     spec = {"type": "classification", "format": "tsv", "train": "tickets/train.tsv", "dev": "tickets/dev.tsv",
             "test": "tickets/test.tsv", "text": "text", "label": "mood", "id": "ref"}
     config = config_of(data_dir, task_names=["tickets"], tasks={"tickets": spec}, write_test_outputs=True,
@@ -192,21 +197,21 @@ def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data)
     path = data_dir / "ticket_results" / "test_predictions" / "tickets.jsonl"
     assert document["test_predictions"]["files"] == [str(path)]
     written = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [row["id"] for row in written] == ["t1", "t2"] and {row["label"] for row in written} <= {"happy", "sad"}
+    assert [row["id"] for row in written] == ["t1", 1] and {row["label"] for row in written} <= {"happy", "sad"}
     assert (data_dir / "ticket_results" / "tickets_results.txt").is_file()
 
 
 def test_a_tagger_without_an_o_tag_writes_test_predictions_with_their_ids(data_dir, shared_data):
     """Every word an entity (part-of-speech tags as one-word entities: no O anywhere): the test file's
-    sentences, which have no tags, featurize all the same; JSONL ids reach the predictions and a
-    blank line is left out, as in train and dev."""
+    sentences, which have no tags, featurize all the same; JSONL ids reach the predictions as the
+    file gives them (a number stays a number) and a blank line is left out, as in train and dev."""
     folder = data_dir / "finetuning_data" / "pos"
     folder.mkdir()
     blocks = (shared_data / "conll2000" / "train.txt").read_text().split("\n\n")[:ROWS]  # word, POS, chunk
     sentences = [[line.split() for line in block.splitlines()] for block in blocks]
     (folder / "train.jsonl").write_text("".join(json.dumps(
         {"tokens": [word for word, _, _ in s], "tags": ["B-" + pos for _, pos, _ in s]}) + "\n" for s in sentences))
-    (folder / "test.jsonl").write_text(json.dumps({"id": "s1", "tokens": ["The", "cat", "sat", "."]}) + "\n\n"
+    (folder / "test.jsonl").write_text(json.dumps({"id": 7, "tokens": ["The", "cat", "sat", "."]}) + "\n\n"
                                        + json.dumps({"id": "s2", "tokens": ["Dogs", "bark"]}) + "\n")
     spec = {"type": "tagging", "format": "jsonl", "train": "pos/train.jsonl", "dev": "pos/train.jsonl",
             "test": "pos/test.jsonl"}
@@ -217,7 +222,7 @@ def test_a_tagger_without_an_o_tag_writes_test_predictions_with_their_ids(data_d
                .splitlines()]
     tags = load_task_data(config, make_tokenizer(config)).tasks[0].tags
     assert "O" not in tags and all(tag.startswith("S-") for tag in tags)
-    assert [(row["id"], row["words"]) for row in written] == [("s1", ["The", "cat", "sat", "."]),
+    assert [(row["id"], row["words"]) for row in written] == [(7, ["The", "cat", "sat", "."]),  # JSON values as given
                                                                 ("s2", ["Dogs", "bark"])]
     assert all(len(row["tags"]) == len(row["words"]) and set(row["tags"]) <= set(tags) for row in written)
 
@@ -241,3 +246,24 @@ def test_squad_mixes_with_a_classifier(tmp_path, shared_data, vocab_file):
     trial = Trial(config, data, 1, io.StringIO())
     loss = trial.compile_train_step(10)(batch)
     assert np.isfinite(float(loss)) and float(loss) > 0
+
+
+def test_label_order_is_the_same_whatever_the_hash_seed(tmp_path):
+    """The head's label order: labels of equal value ("1", "1.0", "01") by their text, NaN or
+    infinite ones as strings; a set's order alone changed with PYTHONHASHSEED between runs."""
+    script = ("from finetune.task import stable_labels; "
+              "print(stable_labels(['1', '1.0', '01', '2', '0']), stable_labels(['nan', '1', '0', 'inf']))")
+    repo = str(Path(__file__).resolve().parents[1])
+    orders = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": repo}).stdout
+              for seed in ("1", "2", "3")}
+    assert orders == {"('0', '01', '1', '1.0', '2') ('0', '1', 'inf', 'nan')\n"}
+
+
+def test_multilabel_labels_may_be_json_numbers(tmp_path):
+    """As a classification label cell takes a JSON number as its text, so does a multi-label list."""
+    (tmp_path / "t.jsonl").write_text('{"text": "a", "label": [1.5, "x"]}\n{"text": "b", "label": [2]}\n')
+    spec = {"type": "multilabel", "format": "jsonl", "train": "t.jsonl", "dev": "t.jsonl"}
+    task = get_task("t", {"t": spec}, str(tmp_path))
+    assert task.labels == ("1.5", "2", "x")
+    assert [e.label.tolist() for e in task.read(None, "dev", None)] == [[1, 0, 1], [0, 1, 0]]
