@@ -13,7 +13,8 @@ With L positions, H hidden units and the answer mask m = input_mask * segment_id
 - loss per example: (CE(s, start) + CE(end, end)) / 2 + answerable_weight * sigmoid_CE(logit, is_impossible).
 Variables are the original's: task_specific/<task>/{dense, qa_hidden, dense_1, dense_2, dense_3}
 (without the start-weighted feature the answerability logit is dense_2 on `[CLS]`; without joint
-prediction the end logits are dense_1(h), both masked, and beams are the top logits).
+prediction the end logits are dense_1(h), both masked, and the candidates are the top `n_best_size`
+logits of each, as the original's `qa_metrics.write_predictions` takes them).
 
 At inference the [k, L, 2H] x [2H, 512] product is computed as (h_i W_start)[k] + (h_j W_end)[L]
 with qa_hidden's kernel split in two halves: the same numbers without a k-fold copy of h.
@@ -40,16 +41,16 @@ class QAHead(tf_keras.layers.Layer):
     answerable_logit [B], null_score [B] (answerable_logit; without the classifier s_0, or s_0 + e_0
     without joint prediction either),
     start_top_log_probs / start_top_index [B, k], end_top_log_probs / end_top_index [B, k, k]
-    (inference only; k = min(beam_size, L)).
+    (inference only; k = min(beam_size, L), or min(n_best_size, L) without joint prediction).
     The batch needs input_mask, segment_ids and (training; for the loss) start_positions,
     end_positions, is_impossible.
     """
 
     def __init__(self, task_name: str, hidden_size: int, beam_size: int = 20, joint_prediction: bool = True,
                  answerable_classifier: bool = True, answerable_uses_start_logits: bool = True,
-                 answerable_weight: float = 0.5, **kwargs):
+                 answerable_weight: float = 0.5, n_best_size: int = 20, **kwargs):
         super().__init__(name=task_name, **kwargs)
-        self.hidden_size, self.beam_size = hidden_size, beam_size
+        self.hidden_size, self.beam_size, self.n_best_size = hidden_size, beam_size, n_best_size
         self.joint_prediction = joint_prediction
         self.answerable_classifier = answerable_classifier
         self.answerable_uses_start_logits = answerable_uses_start_logits
@@ -121,7 +122,7 @@ class QAHead(tf_keras.layers.Layer):
             start_logits += penalty
             end_logits = tf.cast(self.end_dense(hidden)[..., 0], tf.float32) + penalty
             if not training:
-                k = tf.minimum(self.beam_size, tf.shape(hidden)[1])
+                k = tf.minimum(self.n_best_size, tf.shape(hidden)[1])
                 outputs["start_top_log_probs"], outputs["start_top_index"] = tf.math.top_k(start_logits, k)
                 top_end, top_end_index = tf.math.top_k(end_logits, k)  # [B, k]
                 outputs["end_top_log_probs"] = tf.tile(top_end[:, None, :], [1, k, 1])  # [B, k, k]

@@ -43,12 +43,11 @@ def format_table(table) -> str:
 
 
 def trial_lines(trials: List[Scores]) -> List[str]:
-    """The original's results.txt lines: `task: metric: value - metric: value`, per trial."""
-    lines = []
-    for number, scores in enumerate(trials, start=1):
-        for task, metrics in scores.items():
-            lines.append(f"trial {number} {task}: " + " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items()))
-    return lines
+    """The original's results.txt lines (`run_finetuning.write_results`): `task: metric: value -
+    metric: value`, a line per task of each trial in turn, as the original writes them (the
+    statistics' table follows them here, after a blank line)."""
+    return [f"{task}: " + " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items())
+            for scores in trials for task, metrics in scores.items()]
 
 
 def write_results(results_dir, tasks_key: str, trials: List[Scores], extra: dict) -> dict:

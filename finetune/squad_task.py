@@ -53,7 +53,8 @@ class SquadTask(Task):
 
     def make_head(self, config, hidden_size: int) -> QAHead:
         return QAHead(self.name, hidden_size, config.beam_size, config.joint_prediction,
-                      config.answerable_classifier, config.answerable_uses_start_logits, config.answerable_weight)
+                      config.answerable_classifier, config.answerable_uses_start_logits, config.answerable_weight,
+                      config.n_best_size)
 
     def prediction_columns(self, predictions):
         return predictions  # the head's dict: {output key: [B, ...]}

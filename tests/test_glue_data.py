@@ -241,7 +241,8 @@ def test_aggregate_statistics_and_files(tmp_path):
     write_results(tmp_path, "mrpc", trials, {"note": 1})
     document = json.loads((tmp_path / "mrpc_results.json").read_text())
     assert document["trials"] == trials and document["aggregate"]["mrpc"]["f1"]["median"] == 86.5
-    assert (tmp_path / "mrpc_results.txt").read_text().startswith("trial 1 mrpc: accuracy: 80.00 - f1: 85.00\n")
+    assert (tmp_path / "mrpc_results.txt").read_text().startswith(  # the original's lines, a trial each
+        "mrpc: accuracy: 80.00 - f1: 85.00\nmrpc: accuracy: 84.00 - f1: 88.00\nmrpc: accuracy: 81.00 - f1: 86.50\n\n")
 
 
 def test_server_labels():

@@ -215,11 +215,12 @@ def test_qa_head_matches_numpy():
 def test_qa_head_options_match_numpy(joint, classifier):
     """The head's other configurations (joint_prediction, answerable_classifier, and the classifier
     without the start-weighted feature): logits, null score and loss as QAHead's docstring says,
-    and the beams of independent ends are the top logits."""
+    and the candidates of independent ends are the top n_best_size logits of each (the original's
+    write_predictions; beam_size is the joint search's)."""
     tf_keras.utils.set_random_seed(6)
-    batch_size, length, hidden, beam = 3, 9, 8, 4
+    batch_size, length, hidden, beam, n_best = 3, 9, 8, 4, 6
     head = qa_head.QAHead("squad", hidden, beam_size=beam, joint_prediction=joint, answerable_classifier=classifier,
-                          answerable_uses_start_logits=False)
+                          answerable_uses_start_logits=False, n_best_size=n_best)
     build_in_scope(head, None, "task_specific")
     w = {v.name.split("/", 2)[2][:-2]: v.numpy() for v in head.variables}
     layers = {"dense", "dense_1"} | ({"qa_hidden"} if joint else set()) | ({"dense_2"} if classifier else set())
@@ -251,12 +252,12 @@ def test_qa_head_options_match_numpy(joint, classifier):
     np.testing.assert_allclose(head.per_example_loss(outputs, batch), expected_loss, rtol=1e-5)
     if not joint:  # inference: the top logits of each, the ends the same for every start
         outputs = head(tf.constant(h), batch, training=False)
-        top_start = np.argsort(-start, axis=-1, kind="stable")[:, :beam]
-        top_end = np.argsort(-end, axis=-1, kind="stable")[:, :beam]
+        top_start = np.argsort(-start, axis=-1, kind="stable")[:, :n_best]
+        top_end = np.argsort(-end, axis=-1, kind="stable")[:, :n_best]
         np.testing.assert_array_equal(outputs["start_top_index"], top_start)
         np.testing.assert_allclose(outputs["start_top_log_probs"], np.take_along_axis(start, top_start, -1),
                                    rtol=1e-5, atol=1e-4)
-        for i in range(beam):
+        for i in range(n_best):
             np.testing.assert_array_equal(outputs["end_top_index"][:, i], top_end)
             np.testing.assert_allclose(outputs["end_top_log_probs"][:, i], np.take_along_axis(end, top_end, -1),
                                        rtol=1e-5, atol=1e-4)
