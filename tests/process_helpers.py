@@ -26,9 +26,10 @@ def pretraining_hparams(**values) -> str:
 
 
 def signal_when(command: List[str], env: dict, ready: Callable[[str], bool], signum: int,
-                timeout: float = 300) -> Tuple[int, str, str]:
-    """Runs `command`, sends it `signum` once `ready(stdout line)` holds for a line, waits for it to
-    end; returns (exit code, stdout, stderr). The process is killed if anything fails on the way."""
+                timeout: float = 300, delay: float = 0.0) -> Tuple[int, str, str]:
+    """Runs `command`, sends it `signum` `delay` seconds after `ready(stdout line)` holds for a line,
+    waits for it to end; returns (exit code, stdout, stderr). The process is killed if anything
+    fails on the way."""
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: List[str] = []
     err: List[str] = []
@@ -41,6 +42,7 @@ def signal_when(command: List[str], env: dict, ready: Callable[[str], bool], sig
         while not any(map(ready, list(out))) and process.poll() is None:
             assert time.monotonic() < deadline, "never ready: " + "".join(out)[-2000:]
             time.sleep(0.05)
+        time.sleep(delay)
         process.send_signal(signum)
         process.wait(timeout=timeout)
     finally:

@@ -1,17 +1,19 @@
-"""SIGTERM and SIGINT during training: finish the running step(s), save a checkpoint, stop cleanly.
+"""SIGTERM and SIGINT during training: finish the running step, save a checkpoint, stop cleanly.
 
 Preemptible VMs, cluster schedulers and TPU maintenance send SIGTERM and give the process a grace
 period; Ctrl-C sends SIGINT. Inside `Interruption()`, either signal only sets `signum`: the
-training loop looks at it at its next step boundary (the end of the compiled loop that is running,
-at most `iterations_per_loop` steps), saves a checkpoint and raises `TrainingInterrupted`. A
-second Ctrl-C stops at once, without saving. Python runs signal handlers between bytecodes, so a
-handler cannot act inside a compiled loop anyway; the loop boundary is the first point where it can.
+training loop looks at it at its next step boundary, saves a checkpoint and raises
+`TrainingInterrupted`. A second Ctrl-C stops at once, without saving. Python runs signal handlers
+between bytecodes, so a handler cannot act inside a compiled loop of many steps; `promptly`, if
+given, is called the moment a signal arrives, from a thread that Python's wakeup fd wakes, so that
+such a loop can end after the step it is in (pretraining's sets a flag its loop condition reads).
 
 Multi-worker runs coordinate the save step across workers with TensorFlow's own
 `tf.distribute.experimental.PreemptionCheckpointHandler` (`preemption_handler` for pretraining's
 checkpoints, `ClusterStops` for a loop that saves its own state); `notify` passes each signal on to it.
 """
 
+import os
 import signal
 import sys
 import threading
@@ -27,20 +29,43 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class Interruption:
     """A context in which SIGTERM and SIGINT request a checkpoint and a clean stop."""
 
-    def __init__(self, stream=None, notify: Optional[Callable] = None):
+    def __init__(self, stream=None, notify: Optional[Callable] = None, promptly: Optional[Callable[[], None]] = None):
         self.stream = stream or sys.stderr
         self.notify = notify
+        self.promptly = promptly
         self.signum: Optional[int] = None
         self._previous = {}
+        self._wakeup = None  # (the previous wakeup fd, our pipe's write end, the watcher thread)
 
     def __enter__(self) -> "Interruption":
         for number in SIGNALS:
             self._previous[number] = signal.signal(number, self._handle)
+        if self.promptly is not None:
+            read_end, write_end = os.pipe()
+            os.set_blocking(write_end, False)  # the C-level handler must never block
+            previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+            watcher = threading.Thread(target=self._watch, args=(read_end,), name="InterruptionWatcher",
+                                       daemon=True)
+            watcher.start()
+            self._wakeup = (previous, write_end, watcher)
         return self
 
     def __exit__(self, *exc) -> None:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
+        if self._wakeup is not None:
+            previous, write_end, watcher = self._wakeup
+            signal.set_wakeup_fd(previous)
+            os.close(write_end)  # the watcher reads the end of the pipe and returns
+            watcher.join()
+            self._wakeup = None
+
+    def _watch(self, read_end: int) -> None:
+        """Calls `promptly` for each SIGTERM or SIGINT, as the signal arrives (one byte each)."""
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while numbers := pipe.read(64):
+                if any(number in SIGNALS for number in numbers):
+                    self.promptly()
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None and signum == signal.SIGINT:

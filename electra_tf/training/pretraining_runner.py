@@ -25,7 +25,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, NamedTuple, Optional
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -112,6 +112,9 @@ class _Training:
             self.evaluator = Evaluator(strategy, model, has_rtd, config.disc_weight, config.seed)
         self.base_seed = tf.constant([config.seed, 0], tf.int64)
         self.loops = {}  # compiled training loops by stage
+        # Set from another thread when a signal comes (`interruption.Interruption.promptly`): a loop
+        # ends after the step it is in, not after its `iterations_per_loop` steps.
+        self.stop_requested = tf.Variable(False, trainable=False, name="stop_requested")
 
     def _seed(self, step) -> tf.Tensor:
         """A per-step, per-replica seed for masking and sampling: resumed runs redraw the same."""
@@ -127,7 +130,8 @@ class _Training:
         return results
 
     def train_loop(self, stage: str):
-        """A tf.function running `num_steps` steps of `stage`; returns the mean loss."""
+        """A tf.function running `num_steps` steps of `stage`, fewer if `stop_requested` is set
+        meanwhile; returns the steps run and their mean loss."""
         if stage in self.loops:
             return self.loops[stage]
         config = self.config
@@ -158,9 +162,9 @@ class _Training:
                 losses = self.strategy.run(replica_step, args=(next_batch(iterator),))
                 return step + 1, total + self.strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
-            _, total = tf.while_loop(lambda step, _: step < num_steps, one_step,
-                                     (tf.zeros_like(num_steps), tf.constant(0.0)))
-            return total / tf.cast(num_steps, tf.float32)
+            ran, total = tf.while_loop(lambda step, _: (step < num_steps) & ~self.stop_requested, one_step,
+                                       (tf.zeros_like(num_steps), tf.constant(0.0)))
+            return ran, total / tf.cast(tf.maximum(ran, 1), tf.float32)
 
         self.loops[stage] = loop
         return loop
@@ -323,19 +327,24 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
         evaluate()
     reporter.start(step)
     last_loss, loss_sum = math.nan, 0.0
-    interrupt = interruption.Interruption(reporter.stream)
+    # One process stops after the step it is in; the workers of a cluster at a step TF agrees on.
+    promptly = (lambda: training.stop_requested.assign(True)) if num_workers == 1 else None
+    interrupt = interruption.Interruption(reporter.stream, promptly=promptly)
     preemption = interruption.preemption_handler(strategy, checkpoints, interrupt) if num_workers > 1 else None
     with interrupt:
         while step < config.num_train_steps:
             stage = _stage(config, step)
-            num_steps = _next_boundary(config, step) - step
-            loss = _run_loop(training.train_loop(stage), iterator, num_steps, checkpoints, strategy, locate_damage)
-            if not np.isfinite(loss):
+            planned = _next_boundary(config, step) - step
+            num_steps, loss = _run_loop(training.train_loop(stage), iterator, planned, checkpoints, strategy,
+                                        locate_damage)
+            if num_steps and not np.isfinite(loss):
                 raise FloatingPointError(
                     f"the loss became {loss} between steps {step} and {step + num_steps}; training stopped. "
                     f"The last good checkpoint is {checkpoints.latest or 'none (no checkpoint yet)'}")
             loss_sum += loss * num_steps
             step += num_steps
+            if num_steps < planned:  # a signal ended the loop early: save where it stopped
+                raise interrupt.stop(step, checkpoints.save(step))
             if step % config.log_every == 0 or step == config.num_train_steps:
                 last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
                 logged_step = step
@@ -355,8 +364,9 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
 
 
 def _run_loop(loop, iterator, num_steps: int, checkpoints: checkpointing.Checkpoints, strategy,
-              locate_damage: Optional[Callable[[], None]]) -> float:
-    """Runs one compiled loop of `num_steps` steps; returns its mean loss.
+              locate_damage: Optional[Callable[[], None]]) -> Tuple[int, float]:
+    """Runs one compiled loop of `num_steps` steps; returns the steps it ran (fewer when a signal
+    stopped it) and their mean loss.
 
     The reader's DataLossError (a TFRecord cut short or damaged after the start-up check) becomes an
     InputError naming the file, found by `locate_damage`; a lost peer of a multi-worker run, one
@@ -364,7 +374,8 @@ def _run_loop(loop, iterator, num_steps: int, checkpoints: checkpointing.Checkpo
     try:
         with distribution.lost_workers_reported(
                 strategy, lambda: f"to resume from the last checkpoint, {checkpoints.latest or 'none yet'}"):
-            return float(loop(iterator, tf.constant(num_steps)))
+            ran, loss = loop(iterator, tf.constant(num_steps))
+            return int(ran), float(loss)
     except tf.errors.DataLossError as error:
         if locate_damage is not None:
             locate_damage()  # raises InputError naming the damaged file
