@@ -232,6 +232,8 @@ class Trial:
                     if selection.record(step, scores) and config.keeps_best:
                         self.files.write_checkpoint(self.checkpoint, self.model_dir / BEST)
                     if selection.stop and step < num_steps:
+                        if step > logged:  # the steps since the last report, which the loop's end would report
+                            self._report_training(reporter, progress, step, loss_sum / (step - logged))
                         self.log(f"early stopping at step {step}: {selection.stale} evaluations without a better "
                                  f"dev score than {selection.best:.2f} (step {selection.best_step})")
                         break

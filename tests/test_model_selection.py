@@ -5,6 +5,7 @@ its best evaluation, and resumes its count after an interruption; `ModelSelectio
 import io
 import json
 import math
+import re
 import signal
 
 import numpy as np
@@ -41,7 +42,7 @@ def scripted_trial(data_dir, **values):  # noqa: F811
 
 
 def test_early_stopping_stops_after_patience_evaluations_and_restores_the_best(data_dir):  # noqa: F811
-    trial = scripted_trial(data_dir, early_stopping_patience=2)
+    trial = scripted_trial(data_dir, early_stopping_patience=2, iterations_per_loop=1000)  # no progress line before 9
     with Interruption(io.StringIO()) as interrupt:
         scores = trial.train(interrupt)
     # evaluations at steps 2, 4 (best), 6 and 8 (no better: 60 ties 60): stopped at step 8 of 9
@@ -51,6 +52,8 @@ def test_early_stopping_stops_after_patience_evaluations_and_restores_the_best(d
     log = trial.stream.getvalue()
     assert "early stopping at step 8: 2 evaluations without a better dev score than 60.00 (step 4)" in log
     assert "kept the best evaluation (step 4, dev score 60.00)" in log
+    # the training since the last progress line (here none) is reported where the trial stops
+    assert re.search(r"\] train: 8/9 steps .* loss \d+\.\d{4}\n\[trial 1\] early stopping at step 8", log), log
     for variable, best, last in zip(trial.model.variables, trial.evaluated[4], trial.evaluated[8]):
         np.testing.assert_array_equal(variable.numpy(), best)
     assert any(not np.array_equal(best, last) for best, last in zip(trial.evaluated[4], trial.evaluated[8]))
