@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from electra_tf import atomic_files
 from finetune.table_files import Column, Layout, RowId, read_rows
 
 TEST_PREDICTIONS_DIR = "test_predictions"
@@ -47,12 +48,8 @@ class TaskFiles:
 
 
 def write_test_predictions(results_dir, task_name: str, ids: List[RowId], rows: List[dict]) -> Path:
-    """`results/test_predictions/<task>.jsonl` (written whole, then renamed into place)."""
+    """`results/test_predictions/<task>.jsonl` (written whole or not at all)."""
     path = Path(results_dir) / TEST_PREDICTIONS_DIR / f"{task_name}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w", encoding="utf-8") as out:
-        for index, (row_id, row) in enumerate(zip(ids, rows)):
-            out.write(json.dumps({"id": row_id if row_id is not None else index, **row}) + "\n")
-    temporary.replace(path)
-    return path
+    return atomic_files.write_text(path, "".join(
+        json.dumps({"id": row_id if row_id is not None else index, **row}) + "\n"
+        for index, (row_id, row) in enumerate(zip(ids, rows))))
