@@ -5,7 +5,7 @@ one clear message and exit code each, and nothing already saved lost.
   the start-up check did not read: the training loop's error names the file, the checkpoint stays;
 - the newest checkpoint damaged: resume skips it, says why, and continues from the newest intact one;
   all damaged: an error naming them, with no hint at a config change;
-- SIGTERM to a running run_pretraining.py: a checkpoint at the next loop boundary, exit 143, and
+- SIGTERM to a running run_pretraining.py: a checkpoint after the step it is in, exit 143, and
   the same command resumes from it; on this GPU-less machine stderr has no TensorFlow C++ lines;
 - invalid UTF-8 in a corpus: counted per file in stats.json and the summary, or --strict-utf8 fails;
 - SQuAD training answers that are not where answer_start points: skipped and counted, up to 5 %.
@@ -110,8 +110,8 @@ def test_damaged_newest_checkpoint_is_skipped_for_the_newest_intact_one(pretrain
 def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(pretraining_data_dir):
     """A real run_pretraining.py, without TF_CPP_MIN_LOG_LEVEL set, gets SIGTERM once it trains. Its
     compiled loop runs 50 steps from the progress line at step 50 to the next (about 7 s here); the
-    signal, 1 s into it, ends it after the step it is in, with a checkpoint there (it used to wait
-    for the loop's end, step 100)."""
+    signal, 1 s into it, ends it after the step it is in, with that window's progress line and a
+    checkpoint there (it used to wait for the loop's end, step 100)."""
     command = [sys.executable, str(REPO / "run_pretraining.py"), "--data-dir", str(pretraining_data_dir),
                "--model-name", "sigterm", "--hparams",
                hparams(num_train_steps=100000, save_checkpoints_steps=1000, log_every=50, iterations_per_loop=1000)]
@@ -125,6 +125,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(pretraining_dat
     assert stopped, err
     step = int(stopped.group(1))
     assert 50 < step < 100 and stopped.group(2).endswith(f"ckpt-{step}"), out
+    assert re.findall(r"^step (\d+)/", out, flags=re.M) == ["50", str(step)]  # its partial window logged too
     assert Path(stopped.group(2) + ".index").exists()
     assert not TF_CPP_LINE.search(err), err  # no GPU here: TensorFlow's C++ lines are hidden
     assert err.strip() == stopped.group(0)  # the process's own lines are all there is

@@ -139,7 +139,7 @@ def test_a_run_needed_only_up_to_an_early_segment_stops_there(tmp_path, monkeypa
 
 def test_a_failing_probe_copy_stops_training(tmp_path, monkeypatch, sigint_at_start):
     """Should recording a segment fail (say, a full disk while its probe is copied), training stops
-    (as on Ctrl-C: a checkpoint at the next loop boundary) instead of running on unrecorded while
+    (as on Ctrl-C: a checkpoint after the step it is in) instead of running on unrecorded while
     the probe's checkpoint is rotated out; the worker fails with the cause."""
     from paper_replication import worker
     from paper_replication.store import Store

@@ -36,39 +36,53 @@ class Interruption:
         self.signum: Optional[int] = None
         self._previous = {}
         self._wakeup = None  # (the previous wakeup fd, our pipe's write end, the watcher thread)
+        self._sigints = 0  # SIGINTs the watcher saw: Python runs the handler once for two in one step
 
     def __enter__(self) -> "Interruption":
-        for number in SIGNALS:
-            self._previous[number] = signal.signal(number, self._handle)
-        if self.promptly is not None:
-            read_end, write_end = os.pipe()
-            os.set_blocking(write_end, False)  # the C-level handler must never block
-            previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-            watcher = threading.Thread(target=self._watch, args=(read_end,), name="InterruptionWatcher",
-                                       daemon=True)
-            watcher.start()
-            self._wakeup = (previous, write_end, watcher)
+        try:
+            for number in SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+            if self.promptly is not None:
+                read_end, write_end = os.pipe()
+                os.set_blocking(write_end, False)  # the C-level handler must never block
+                previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+                watcher = threading.Thread(target=self._watch, args=(read_end, previous),
+                                           name="InterruptionWatcher", daemon=True)
+                self._wakeup = (previous, write_end, watcher)
+                watcher.start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
+        self._previous = {}
         if self._wakeup is not None:
             previous, write_end, watcher = self._wakeup
             signal.set_wakeup_fd(previous)
             os.close(write_end)  # the watcher reads the end of the pipe and returns
-            watcher.join()
+            if watcher.is_alive():
+                watcher.join()
             self._wakeup = None
 
-    def _watch(self, read_end: int) -> None:
-        """Calls `promptly` for each SIGTERM or SIGINT, as the signal arrives (one byte each)."""
+    def _watch(self, read_end: int, previous: int) -> None:
+        """Calls `promptly` for each SIGTERM or SIGINT as it arrives (Python writes a byte per
+        signal); every byte goes on to the wakeup fd set before ours, if any (an event loop's)."""
         with os.fdopen(read_end, "rb", buffering=0) as pipe:
             while numbers := pipe.read(64):
+                if previous >= 0:
+                    try:
+                        os.write(previous, numbers)
+                    except OSError:
+                        pass  # its reader is gone or full: as when Python writes to it itself
+                self._sigints += numbers.count(signal.SIGINT)
                 if any(number in SIGNALS for number in numbers):
                     self.promptly()
 
     def _handle(self, signum, frame) -> None:
-        if self.signum is not None and signum == signal.SIGINT:
+        if signum == signal.SIGINT and (self.signum is not None or self._sigints > 1):
             raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
         self.signum = signum
         print(f"received {signal.Signals(signum).name}: stopping at the next step boundary, with what was done "

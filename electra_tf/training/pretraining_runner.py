@@ -158,12 +158,15 @@ class _Training:
 
         @tf.function(autograph=False)
         def loop(iterator, num_steps):
-            def one_step(step, total):
+            def one_step(step, total, stopped):
                 losses = self.strategy.run(replica_step, args=(next_batch(iterator),))
-                return step + 1, total + self.strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+                loss = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+                with tf.control_dependencies([loss]):  # read once this step is done, not while the loop
+                    stopped = self.stop_requested.read_value()  # runs ahead on its counter alone
+                return step + 1, total + loss, stopped
 
-            ran, total = tf.while_loop(lambda step, _: (step < num_steps) & ~self.stop_requested, one_step,
-                                       (tf.zeros_like(num_steps), tf.constant(0.0)))
+            start = (tf.zeros_like(num_steps), tf.constant(0.0), self.stop_requested.read_value())
+            ran, total, _ = tf.while_loop(lambda step, _, stopped: (step < num_steps) & ~stopped, one_step, start)
             return ran, total / tf.cast(tf.maximum(ran, 1), tf.float32)
 
         self.loops[stage] = loop
@@ -296,8 +299,9 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
            reporter: Reporter, locate_damage: Optional[Callable[[], None]] = None,
            evaluate: Optional[Callable[[], Dict[str, float]]] = None) -> float:
     """The training loop; returns the mean loss of the last logged interval. SIGTERM / SIGINT end it
-    with a checkpoint at the next loop boundary (`interruption`); damaged input data and a lost
-    worker end it with one error naming the cause (`_run_loop`).
+    with a checkpoint after the step it is in (a cluster's workers: at the step TensorFlow's
+    handler picks; `interruption`); damaged input data and a lost worker end it with one error
+    naming the cause (`_run_loop`).
 
     `evaluate`, if given, runs every `eval_every_steps` steps before the last (which the caller
     evaluates anyway) and at step 0, so the curve has its first point.
@@ -343,13 +347,14 @@ def _train(config, strategy, training: _Training, dataset_fn, model_dir: Path, c
                     f"The last good checkpoint is {checkpoints.latest or 'none (no checkpoint yet)'}")
             loss_sum += loss * num_steps
             step += num_steps
-            if num_steps < planned:  # a signal ended the loop early: save where it stopped
-                raise interrupt.stop(step, checkpoints.save(step))
-            if step % config.log_every == 0 or step == config.num_train_steps:
+            stopped_early = num_steps < planned  # a signal ended the loop after the step it was in
+            if (step % config.log_every == 0 or step == config.num_train_steps or stopped_early) and step > logged_step:
                 last_loss, loss_sum = loss_sum / (step - logged_step), 0.0
                 logged_step = step
                 reporter.train_progress(step, last_loss, training.train_results(),
                                         float(current_learning_rate(optimizer)))
+            if stopped_early:  # saved where it stopped; its partial window was logged above
+                raise interrupt.stop(step, checkpoints.save(step))
             if config.two_stage_generator_steps and step == config.two_stage_generator_steps:
                 training.model.init_discriminator_from_generator()
             if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:

@@ -8,7 +8,7 @@ Each line of input names a SPEC, run in turn; `@@idle` follows each. SPEC: {"out
 runner, which relays them as progress lines; everything else goes to the stage's log. A
 pretraining run completes all its listed segments in one go: a watcher thread copies each probe
 checkpoint aside as soon as TensorFlow has written it (before `keep_checkpoint_max` would delete
-it) and records the segment; should that fail, training stops at its next loop boundary.
+it) and records the segment; should that fail, training stops after the step it is in.
 """
 
 import _thread
@@ -265,7 +265,7 @@ def do_pretrain(units: list, store: Store) -> None:
                     return
         except BaseException as error:  # say, copying a probe: stop training before its checkpoint is rotated out
             failed.append(error)
-            _thread.interrupt_main()  # as Ctrl-C: a checkpoint at the next loop boundary, then a stop
+            _thread.interrupt_main()  # as Ctrl-C: a checkpoint after the step it is in, then a stop
 
     collect()
     if pending:
