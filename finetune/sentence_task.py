@@ -50,9 +50,9 @@ class SentenceTask(Task):
             text_b = None
             if self.has_pair:
                 text_b = text_cell(cells["text_b"], path, line, f"second text (column {self.files.text_b!r})")
-            unlabelled = "label" not in cells or (  # a test row whose label is left blank is to be predicted
-                split == "test" and (cells["label"] is None or blank_text(cells["label"])))
-            label = None if unlabelled else self.label_value(cells["label"], path, line)
+            # a test file's labels, if it has them, are not read (placeholders such as -1 included): they are
+            # to be predicted, and nothing scores them
+            label = None if "label" not in cells or split == "test" else self.label_value(cells["label"], path, line)
             examples.append(Example(len(examples), text_a, text_b, label, id_cell(cells.get("id"), path, line)))
         return examples
 

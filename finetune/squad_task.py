@@ -15,7 +15,7 @@ from electra_tf.errors import InputError
 from finetune.qa_head import QAHead
 from finetune.qa_server import QAServer
 from finetune.squad_context import Paragraph
-from finetune.table_files import Layout, blank_text, iter_rows, text_cell
+from finetune.table_files import Layout, blank_text, id_cell, iter_rows, text_cell
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 
 
@@ -110,7 +110,7 @@ class SquadTask(Task):
                     continue
             paragraph = Paragraph.split(text_cell(cells["context"], source.name, line, "context"))
             question = text_cell(cells["question"], source.name, line, "question")
-            row_id = None if cells.get("id") is None else str(cells["id"])
+            row_id = id_cell(cells.get("id"), source.name, line)
             # keyed by file and line (ids may repeat), which an error about the question names
             yield row_id, squad.Example(line, f"{source.name}:{line}", question, paragraph)
 

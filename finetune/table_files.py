@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import itertools
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -178,6 +179,8 @@ def id_cell(value, path: Path, line: int) -> RowId:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise InputError(f"{path}:{line}: the id {value!r} is {type(value).__name__}, not text or a number")
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN / Infinity: no JSON to write back
+        raise InputError(f"{path}:{line}: the id {value!r} is not a finite number")
     return value
 
 

@@ -92,6 +92,9 @@ def vocab(tmp_path, vocab_file):
     ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl", "id": "id", "test": "t/train.jsonl"},
      {"train.jsonl": '{"text": "a", "label": "x", "id": 1}\n{"text": "b", "label": "y", "id": {"doc": 7}}\n'},
      r"t/train.jsonl:2: the id \{'doc': 7\} is dict, not text or a number"),
+    ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl", "id": "id"},
+     {"train.jsonl": '{"text": "a", "label": "x", "id": 1}\n{"text": "b", "label": "y", "id": NaN}\n'},
+     r"t/train.jsonl:2: the id nan is not a finite number"),
 ])
 def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     with pytest.raises(InputError, match=message):
@@ -125,11 +128,16 @@ def test_an_undefined_task_name_lists_the_defined_ones(tmp_path):
         FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": ["reviews"], "tasks": {"t": CSV}})
 
 
-def test_a_test_label_train_never_had_names_its_line(tmp_path):
-    with pytest.raises(InputError, match=r"t/test.csv:3: label 'meh' is not one of the task's labels"):
-        load(tmp_path, {**CSV, "test": "t/test.csv"}, {"train.csv": GOOD_CSV, "dev.csv": GOOD_CSV,
-                                                         "test.csv": "text,label\nfine,pos\nso-so,meh\n"},
-             write_test_outputs=True)
+def test_a_test_files_labels_are_not_read(tmp_path):
+    """They are to be predicted: a label train never had, a placeholder (-1, as HF datasets write
+    for test rows) or a blank cell is no error, for classification as for regression."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "test.csv").write_text("text,label,id\nfine,pos,a\nso-so,meh,b\nok,-1,c\nmeh,,d\n")
+    for kind in ("classification", "regression"):
+        task = get_task("t", {"t": {**CSV, "type": kind, "test": "t/test.csv", "id": "id"}}, str(tmp_path),
+                        {"labels": ["neg", "pos"]})
+        examples = task.read(None, "test", None)
+        assert [(e.index, e.label) for e in examples] == [("a", None), ("b", None), ("c", None), ("d", None)]
 
 
 @pytest.mark.parametrize("spec", [{**CSV, "test": "t/test.csv"},
