@@ -15,6 +15,8 @@ from finetune.tasks import get_task
 HPARAMS = dict(model_size="tiny", random_init=True, max_seq_length=32)
 CSV = {"type": "classification", "format": "csv", "train": "t/train.csv", "dev": "t/dev.csv"}
 GOOD_CSV = "text,label\nfine film,pos\ndull film,neg\n"
+TAGGING_JSONL = {"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"}
+MULTILABEL_JSONL = {**CSV, "type": "multilabel", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"}
 
 
 def load(tmp_path, spec: dict, files: dict, **hparams):
@@ -53,14 +55,14 @@ def vocab(tmp_path, vocab_file):
      r"t/train.csv:3: labels 'a;b' are neither a JSON list"),
     (CSV, {"train.csv": b"text,label\nfine,pos\ncaf\xe9,neg\n", "dev.csv": GOOD_CSV},
      r"t/train.csv:3: bytes that are not UTF-8"),
-    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (TAGGING_JSONL,
      {"train.jsonl": '{"tokens": ["a", "b"], "tags": ["O", "O"]}\n'
                      '{"tokens": ["John", "ran", "off"], "tags": ["B-PER", "O"]}\n'},
      r"t/train.jsonl:2: 3 tokens but 2 tags"),
-    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (TAGGING_JSONL,
      {"train.jsonl": '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": [], "tags": []}\n'},
      r"t/train.jsonl:2: an empty sentence \(no tokens\)"),
-    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (TAGGING_JSONL,
      {"train.jsonl": '{"tokens": ["John"], "tags": ["B-PER"]}\n{"tokens": ["Paris"], "tags": ["LOC"]}\n'},
      r"t/train.jsonl:2: tag 'LOC' is not O or B-/I-<type> \(iob2\)"),
     ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt"},
@@ -74,19 +76,19 @@ def vocab(tmp_path, vocab_file):
     # one class: a softmax over it has loss 0 and scores 100 (it trained, exit 0); no label: dnnl aborted
     (CSV, {"train.csv": "text,label\nfine film,pos\ngood film,pos\n", "dev.csv": GOOD_CSV},
      r"t/train.csv: its labels are \['pos'\]: a classification task needs at least 2"),
-    ({**CSV, "type": "multilabel", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (MULTILABEL_JSONL,
      {"train.jsonl": '{"text": "a", "label": []}\n{"text": "b", "label": []}\n'},
      r"t/train.jsonl: its labels are \[\]: a multilabel task needs at least 1"),
-    ({**CSV, "type": "multilabel", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (MULTILABEL_JSONL,
      {"train.jsonl": '{"text": "a", "label": ["x"]}\n{"text": "b", "label": ["", "x"]}\n'},
      r"t/train.jsonl:2: the label '' of \['', 'x'\] is empty"),
-    ({**CSV, "type": "multilabel", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (MULTILABEL_JSONL,
      {"train.jsonl": '{"text": "a", "label": ["x"]}\n{"text": "b", "label": [["x"]]}\n'},
      r"t/train.jsonl:2: the label \['x'\] of \[\['x'\]\] is list, not text"),
-    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (TAGGING_JSONL,
      {"train.jsonl": '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": ["a", ["b"]], "tags": ["O", "O"]}\n'},
      r"t/train.jsonl:2: 'tokens' must be a JSON list of words \(non-empty strings\)"),
-    ({"type": "tagging", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+    (TAGGING_JSONL,
      {"train.jsonl": '{"tokens": ["a", ""], "tags": ["O", "O"]}\n'},
      r"t/train.jsonl:1: 'tokens' must be a JSON list of words"),
     ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl", "id": "id", "test": "t/train.jsonl"},
