@@ -13,10 +13,11 @@ SavedModel (docs/checkpoints.md).
 
 A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); saved-model also
 takes a trial's dir of run_finetuning.py (a classifier, regressor, tagger or SQuAD model on raw text; --task
-picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). to-original,
-litert exports a trial's classifier for ai_edge_litert's interpreter (online serving; --int8 quantizes
-its weights; finetune.litert). to-original, to-hf and saved-model export a model dir's latest checkpoint, or its ckpt-N with --step N. Imports
-print a load report (loaded / missing / unused variables); an existing output dir needs --overwrite.
+picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). litert exports a
+trial's classifier for ai_edge_litert's interpreter (online serving; --int8 quantizes its weights;
+finetune.litert). to-original, to-hf and saved-model export a model dir's latest checkpoint, or its
+ckpt-N with --step N. Imports print a load report (loaded / missing / unused variables); an existing
+output dir needs --overwrite.
 """
 
 import argparse
