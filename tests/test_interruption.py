@@ -42,7 +42,7 @@ def test_promptly_runs_while_the_main_thread_is_busy_and_the_previous_wakeup_fd_
     try:
         with Interruption(io.StringIO(), promptly=lambda: called.append(time.monotonic())) as interrupt:
             sender = send_later(signal.SIGTERM)
-            busy_in_c(0.2)  # signalled meanwhile; the handler has not run yet
+            busy_in_c(0.6)  # signalled 0.2 s into it; the handler has not run yet
             returned = time.monotonic()
             sender.join()
             assert interrupt.requested  # the handler ran once the call returned
@@ -64,7 +64,7 @@ def test_two_ctrl_c_while_busy_stop_at_once():
     with pytest.raises(KeyboardInterrupt):
         with Interruption(io.StringIO(), promptly=lambda: None):
             sender = send_later(signal.SIGINT, signal.SIGINT)
-            busy_in_c(0.8)
+            busy_in_c(1.0)  # both 0.2 and 0.4 s into it
             sender.join()
             time.sleep(0.1)  # a bytecode boundary, where the handler runs
 
@@ -72,7 +72,7 @@ def test_two_ctrl_c_while_busy_stop_at_once():
 def test_one_ctrl_c_asks_for_a_save():
     with Interruption(io.StringIO(), promptly=lambda: None) as interrupt:
         sender = send_later(signal.SIGINT)
-        busy_in_c(0.5)
+        busy_in_c(0.6)
         sender.join()
         time.sleep(0.1)
         assert interrupt.signum == signal.SIGINT
