@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from electra_tf.errors import InputError
+from finetune.table_files import RowId
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,13 +106,13 @@ def get_task(name: str) -> GlueTask:
 @dataclasses.dataclass
 class Example:
     """One row: eid is its position in the split (the original's eid); index the GLUE test index
-    (a user task's id: text or a JSON number, `finetune.table_files.RowId`)."""
+    or a user task's id."""
 
     eid: int
     text_a: str
     text_b: Optional[str]
     label: Optional[object]  # label position (int) or float target; None when unlabelled
-    index: Optional[object] = None
+    index: RowId = None
 
 
 def task_dir(finetuning_data: Path, task: GlueTask) -> Path:

@@ -14,7 +14,7 @@ import numpy as np
 from electra_tf.errors import InputError
 from finetune.glue import Example
 from finetune.inputs import Features, featurize
-from finetune.table_files import FORMATS, Layout, blank_text, id_cell, iter_rows, text_cell
+from finetune.table_files import FORMATS, Layout, RowId, blank_text, id_cell, iter_rows, text_cell
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 from finetune.task_files import TaskFiles, write_test_predictions
 
@@ -86,7 +86,7 @@ class SentenceTask(Task):
         return (Layout(format, quoting=files.layout.quoting, header=files.layout.header),
                 {key: value for key, value in columns.items() if value is not None})
 
-    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], Example]]:
+    def read_inputs(self, source) -> Iterator[Tuple[RowId, Example]]:
         """Plain text (a text a line; a pair's texts separated by a tab) or the task's columns."""
         if source.format == "text":
             yield from self._text_inputs(source)
@@ -104,7 +104,7 @@ class SentenceTask(Task):
             text_b = text_cell(texts[1], source.name, line, "second text") if self.has_pair else None
             yield id_cell(cells.get("id"), source.name, line), Example(line, text_a, text_b, None)
 
-    def _text_inputs(self, source) -> Iterator[Tuple[Optional[str], Example]]:
+    def _text_inputs(self, source) -> Iterator[Tuple[RowId, Example]]:
         for line, text in source.lines():
             if not text.strip() and source.empty(line):
                 continue

@@ -15,7 +15,7 @@ from electra_tf.errors import InputError
 from finetune.qa_head import QAHead
 from finetune.qa_server import QAServer
 from finetune.squad_context import Paragraph
-from finetune.table_files import Layout, blank_text, id_cell, iter_rows, text_cell
+from finetune.table_files import Layout, RowId, blank_text, id_cell, iter_rows, text_cell
 from finetune.task import EDGE, EvalSplit, Task, text_offsets
 
 
@@ -92,7 +92,7 @@ class SquadTask(Task):
         directory = squad_postprocess.output_paths(results_dir, config.tasks_key, self.name)["preds"].parent
         return squad_postprocess.write_json(directory / f"{self.name}_test_preds.json", final)
 
-    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], squad.Example]]:
+    def read_inputs(self, source) -> Iterator[Tuple[RowId, squad.Example]]:
         """JSONL (`question`, `context`, an `id` if present) or plain text (a question and its
         context a line, separated by a tab)."""
         if source.format == "jsonl":

@@ -173,7 +173,7 @@ class TaggingTask(Task):
     def own_format(self, suffix: str) -> Optional[str]:
         return self.format if Path(self.paths.get("train") or "").suffix.lower() == suffix else None
 
-    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], TextSentence]]:
+    def read_inputs(self, source) -> Iterator[Tuple[RowId, TextSentence]]:
         """Plain text (a sentence a line, words split on whitespace), JSONL (the `tokens` key, an
         `id` key if present) or CoNLL (the first column; blank lines between sentences)."""
         if source.format == "jsonl":

@@ -23,6 +23,7 @@ import tensorflow as tf
 from electra_tf.errors import InputError
 from electra_tf.token_offsets import tokenize_with_offsets
 from finetune.inputs import Features, pad_batch
+from finetune.table_files import RowId
 
 
 @dataclasses.dataclass
@@ -101,7 +102,7 @@ class Task(abc.ABC):
         task's own files are named (a CoNLL `.txt`), else None (the suffix decides)."""
         return None
 
-    def read_inputs(self, source) -> Iterator[Tuple[Optional[str], object]]:
+    def read_inputs(self, source) -> Iterator[Tuple[RowId, object]]:
         """(row id or None, example) of each row of a prediction input (`finetune.predict_inputs`),
         lazily, in input order."""
         raise InputError(f"task {self.name}: a {self.type_name} task cannot predict from a file yet")

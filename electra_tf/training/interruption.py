@@ -13,6 +13,7 @@ Multi-worker runs coordinate the save step across workers with TensorFlow's own
 checkpoints, `ClusterStops` for a loop that saves its own state); `notify` passes each signal on to it.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -73,10 +74,8 @@ class Interruption:
         with os.fdopen(read_end, "rb", buffering=0) as pipe:
             while numbers := pipe.read(64):
                 if previous >= 0:
-                    try:
+                    with contextlib.suppress(OSError):  # its reader gone or full: as Python itself would drop it
                         os.write(previous, numbers)
-                    except OSError:
-                        pass  # its reader is gone or full: as when Python writes to it itself
                 self._sigints += numbers.count(signal.SIGINT)
                 if any(number in SIGNALS for number in numbers):
                     self.promptly()
