@@ -12,7 +12,7 @@ import transformers
 import convert_checkpoint
 from checkpoint_helpers import encode_pairs, mrpc_pairs, randomize
 from electra_tf.checkpoints import model_dir, read_pretrained
-from electra_tf.checkpoints.hf import OWN_EMBEDDINGS, export_hf, network_pairs
+from electra_tf.checkpoints.hf import DISCRIMINATOR_ENCODER, OWN_EMBEDDINGS, export_hf, network_pairs
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
@@ -112,12 +112,15 @@ def test_export_to_hf_has_parity(tmp_path, vocab_file, glue_batch, size, train_s
     ("tiny", {"objective": "bert"}, ["generator"]),
     ("tiny", {"untied_generator_embeddings": True}, ["discriminator", "generator"]),
     ("small", {"untied_generator_embeddings": True, "model_hparam_overrides": {"num_hidden_layers": 2}},
-     ["discriminator", "generator"])], ids=["bert", "untied-embeddings-one-width", "untied-embeddings-own-width"])
+     ["discriminator", "generator"]),
+    ("tiny", {"untied_generator": False}, ["discriminator", "generator"])],
+    ids=["bert", "untied-embeddings-one-width", "untied-embeddings-own-width", "generator-is-discriminator"])
 def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, size, hparams, roles, capsys):
     """An MLM-only ("bert") model exports its one network as the generator; a generator with its own
     embeddings exports them (at tiny's width, the discriminator's E, or at small's, its own Hg), and
-    its config.json says they are its own. Logits equal ours within 1e-5, and from-hf gives back the
-    same architecture and every value."""
+    its config.json says they are its own; a generator that is the discriminator (`untied_generator:
+    false`) exports the discriminator's encoder under its head, and its config.json says so. Logits
+    equal ours within 1e-5, and from-hf gives back the same architecture and every value."""
     source, built, config = _write_model_dir(tmp_path, vocab_file, size, seed=5, train_steps=2, batch=glue_batch,
                                              hparams=hparams)
     out = tmp_path / "hf"
@@ -139,11 +142,22 @@ def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, si
         np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
     document = json.loads((out / "generator" / "config.json").read_text())
     assert document.pop(OWN_EMBEDDINGS, False) is bool(hparams.get("untied_generator_embeddings"))
-    if size == "tiny" and roles == list(HF_CLASSES):  # at E's width, only the key tells own tables from shared
+    assert document.pop(DISCRIMINATOR_ENCODER, False) is (hparams.get("untied_generator") is False)
+    if size == "tiny" and hparams.get("untied_generator_embeddings"):  # at E's width, only the key tells own from shared
         (out / "generator" / "config.json").write_text(json.dumps(document))
         capsys.readouterr()
         assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(tmp_path / "x")]) == 2
         assert "electra.embeddings.word_embeddings.weight differs from" in capsys.readouterr().err
+    if hparams.get("untied_generator") is False:  # the key names a sharing the weights must show
+        from safetensors.numpy import load_file, save_file
+        weights = out / "generator" / "model.safetensors"
+        tensors = load_file(str(weights))
+        tensors["electra.encoder.layer.0.attention.self.query.weight"] += 1
+        save_file(tensors, str(weights), metadata={"format": "pt"})
+        capsys.readouterr()
+        assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(tmp_path / "y")]) == 2
+        assert "electra.encoder.layer.0.attention.self.query.weight differs from electra/encoder/layer_0/attention/" \
+               "self/query/kernel" in capsys.readouterr().err
 
 
 def test_export_in_float16(tmp_path, vocab_file, glue_batch):

@@ -35,6 +35,9 @@ EXPORT_DTYPES = ("float32", "float16")
 # In a generator's config.json: its embedding block is its own (`untied_generator_embeddings`), which
 # its width shows only when that differs from the discriminator's. HF keeps unknown keys as attributes.
 OWN_EMBEDDINGS = "electra_tf_own_embeddings"
+# In a generator's config.json: its encoder is the discriminator's (`untied_generator: false`). HF's
+# two networks are separate modules, so the copies' equality alone cannot tell sharing from chance.
+DISCRIMINATOR_ENCODER = "electra_tf_discriminator_encoder"
 
 
 def _dense(tf1: str, hf: str) -> List[Pair]:
@@ -130,6 +133,8 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
         document = hf_config(encoder, role, dtype)
         if role == "generator" and any(tf1.startswith("generator/embeddings/") for tf1, _, _ in pairs):
             document[OWN_EMBEDDINGS] = True
+        if role == "generator" and "discriminator" in networks and not config.untied_generator:
+            document[DISCRIMINATOR_ENCODER] = True
         (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
         (out / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
         for name, content in tokenizer_files(config.do_lower_case).items():
@@ -208,7 +213,8 @@ def _to_tf1(tensors: Dict[str, np.ndarray], pairs: List[Pair], role: str, direct
         value = tensors[hf].T if transposed else tensors[hf]
         if tf1 in values and not np.array_equal(values[tf1], value):
             raise InputError(f"{directory}: {hf} differs from {tf1}, which it shares in this project "
-                             "(the generator's embedding block and output table, docs/fidelity.md#tying)")
+                             "(the generator's embedding block, output table, or with "
+                             f"{DISCRIMINATOR_ENCODER}, encoder: docs/fidelity.md#tying)")
         values[tf1] = np.ascontiguousarray(value, np.float32)
     taken = {hf for _, hf, _ in pairs}
     values.update({f"{role}/{key}": value for key, value in tensors.items() if key not in taken})
@@ -246,7 +252,9 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
     A discriminator with a generator becomes an ELECTRA model. The generator shares the
     discriminator's embedding block (as in the released models, so it must equal the
     discriminator's) unless the block is of another width or its config.json says it is its own
-    (OWN_EMBEDDINGS, written by `export_hf`): then `untied_generator_embeddings`. A discriminator
+    (OWN_EMBEDDINGS, written by `export_hf`): then `untied_generator_embeddings`. One whose
+    config.json says its encoder is the discriminator's (DISCRIMINATOR_ENCODER) must equal it in
+    every encoder weight and gives `untied_generator: false`. A discriminator
     alone becomes the same with the generator left out; a generator alone, an MLM-only ("bert"
     objective) model.
     """
@@ -262,10 +270,13 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
         if "discriminator" not in tensors:
             shapes.update(_shape_names(gen, "generator", "electra", "electra/embeddings"))
         else:
+            flags = json.loads((dirs["generator"] / "config.json").read_text())
             width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
-            flagged = json.loads((dirs["generator"] / "config.json").read_text()).get(OWN_EMBEDDINGS) is True
-            own = flagged or width != shapes["electra/embeddings/word_embeddings"].shape[1]
-            shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
+            own = flags.get(OWN_EMBEDDINGS) is True or width != shapes["electra/embeddings/word_embeddings"].shape[1]
+            # the discriminator's own encoder: only the head shows (pass 2 checks the copies agree)
+            shared = flags.get(DISCRIMINATOR_ENCODER) is True
+            shapes.update(_shape_names(gen, "generator", "electra" if shared else "generator",
+                                       "generator/embeddings" if own and not shared else None))
     config = infer_config(shapes, model_name, data_dir or str(path))
     # Pass 2: every weight through the exact mapping of that config.
     values: Dict[str, np.ndarray] = {}
