@@ -1,10 +1,10 @@
 """ONNX Runtime as a serving peer (issue #45): what a user serving ELECTRA on CPUs would run instead.
 
-From the HF classifier dir that benchmarks/serving.py writes (`write_hf_classifier`), `export`
+From the HF classifier dir that `benchmarks.hf_peer_models.write_hf_classifier` writes, `export`
 writes
 - `model.onnx`: `torch.onnx.export` (the TorchScript exporter, opset 17) of HF's `ElectraModel`
   with the original's one dense(H, C) head on `[CLS]` and a softmax, dynamic batch and length axes;
-  HF's shifted two-dense head (serving.py's module doc) is folded back into that one dense, so the
+  HF's shifted two-dense head (hf_peer_models' module doc) is folded back into that one dense, so the
   ONNX graph computes our model's math, not an extra dense and GELU;
 - `model_int8.onnx`: the same after `onnxruntime.quantization.quantize_dynamic` (QInt8 weights,
   activations quantized per call), the usual int8 recipe for a transformer on CPU.

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.finetune_throughput import pair_ratios
 from benchmarks.peers import Worker, pair_groups, run_groups
-from benchmarks.serving import SHIFT, write_hf_classifier
+from benchmarks.hf_peer_models import SHIFT, write_hf_classifier
 
 # A worker in plain Python: ready at once, then answers each step with 0.5 s (or, with --bad, a
 # line the driver cannot read).
