@@ -1,6 +1,7 @@
 """experiments/electra_vs_mlm/replicate_paper.py in parts: the paper's FLOPs accounting, the pre-registered
 decision rule, budgets, run locking and the clock a replication keeps. The whole run (`--quick`
-end to end, stage 1's stop without a regime): test_replication_runs.py; the workers' time
+end to end, stage 1's stop without a regime): test_replication_runs.py; stages 3 and 4 at the
+real settings: test_replication_real_plans.py; the workers' time
 records: test_replication_worker.py; the lanes, batches and --max-units:
 test_replication_lanes.py; the status lines, the extrapolation and the ordering on
 synthetic results: test_replication_report.py."""
@@ -91,8 +92,9 @@ def test_the_flops_count_the_widths_the_runs_train(tmp_path, settings_name):
 
 @pytest.mark.parametrize("settings_name", ["REAL", "QUICK"])
 def test_a_diagnostic_s_flops_count_the_generator_it_trains(tmp_path, shared_data, settings_name):
-    """Stage 4's runs change one setting each; the FLOPs per step follow the generator their
-    PretrainingConfig builds (the full-width one costs more, so it gets fewer steps)."""
+    """Stage 4's runs change one setting each (the fourth is the first with Adam's bias correction);
+    the FLOPs per step follow the generator their PretrainingConfig builds (the full-width one costs
+    more, so it gets fewer steps)."""
     from electra_tf.config import PretrainingConfig
     from paper_replication import settings as plan
     from paper_replication.stages import run_step_flops, step_flops
@@ -113,7 +115,8 @@ def test_a_diagnostic_s_flops_count_the_generator_it_trains(tmp_path, shared_dat
         assert run_step_flops(ctx, "electra", "bert", run.hparams) == step_flops(
             ctx, "electra", "bert", generator.hidden_size, untied_embeddings=own_embeddings)
         widths.append((generator.hidden_size, own_embeddings))
-    assert widths == [(s.hidden, False), (s.generator_hidden, True), (s.generator_hidden, False)][:len(widths)]
+    assert widths == [(s.hidden, False), (s.generator_hidden, True), (s.generator_hidden, False),
+                      (s.hidden, False)][:len(widths)]  # the fourth: the first, bias-corrected
     assert run_step_flops(ctx, "electra", "bert", s.diagnostics[0].hparams) > step_flops(ctx, "electra", "bert")
     if len(s.diagnostics) > 1:  # its own narrow table, without the projection: fewer FLOPs than the tied one's
         assert run_step_flops(ctx, "electra", "bert", s.diagnostics[1].hparams) < step_flops(ctx, "electra", "bert")

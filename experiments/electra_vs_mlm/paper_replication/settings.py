@@ -63,8 +63,9 @@ fine-tuned as in stage 2; every checkpoint is evaluated.
 Stage 4, diagnostics, added on 2026-11-27 after stage 2's `electra` had stayed near the prior
 (REPORT.md, "Next diagnostics, fixed before they run", is their pre-registration, written before
 any of them ran). Outside the plan above and its cap: three `electra` runs at the regime, each
-with one setting changed (`DIAGNOSTICS`), each evaluated at 25 / 50 / 75 / 100 % and its final
-discriminator fine-tuned as in stage 2, against stage 2's models and random init. Reading: a run
+with one setting changed, and a fourth fixed on 2026-11-29, the first with Adam's bias correction
+too (`DIAGNOSTICS`); each evaluated at 25 / 50 / 75 / 100 % and its final discriminator
+fine-tuned as in stage 2, against stage 2's models and random init. Reading: a run
 *learns* when its final held-out discriminator loss is at least LEARNS_MARGIN nats below the
 constant predictor's, and *transfers* when its GLUE average is at least `transfer_margin` above
 random init's.
@@ -93,10 +94,13 @@ class Diagnostic:
 
 
 # In the order they run (REPORT.md, 2026-11-27): the released Small's generator width, the
-# generator with its own embeddings, the original's learning rate for Small.
+# generator with its own embeddings, the original's learning rate for Small; then (REPORT.md, "Next,
+# fixed 2026-11-29 before it runs") the first with Adam's bias correction, which the original lacks.
 DIAGNOSTICS = (Diagnostic("full_generator", (("generator_hidden_size", 1.0),), flops_matched=True),
                Diagnostic("untied_embeddings", (("untied_generator_embeddings", True),)),
-               Diagnostic("lr_5e-4", learning_rate=5e-4))
+               Diagnostic("lr_5e-4", learning_rate=5e-4),
+               Diagnostic("full_generator_bias_corrected", (("generator_hidden_size", 1.0),
+                                                            ("adam_bias_correction", True)), flops_matched=True))
 
 
 @dataclasses.dataclass(frozen=True)
