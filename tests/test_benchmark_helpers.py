@@ -1,6 +1,7 @@
 """The benchmarks' helpers (no timing): how peers are grouped in pairs, the per-pair ratios, that
-worker processes end whatever ends a benchmark, the float32 fact serving.py's HF export rests on,
-and that this export gives the trial's own logits, as does the ONNX Runtime peer built on it."""
+worker processes end whatever ends a benchmark, the float32 fact the HF peers' export
+(benchmarks/hf_peer_models.py) rests on, and that this export gives the trial's own logits, as
+does the ONNX Runtime peer built on it."""
 
 import os
 import time
@@ -36,7 +37,7 @@ def test_pair_ratios_are_the_peers_seconds_over_ours():
 
 
 def test_gelu_is_the_identity_past_the_shift_in_float32():
-    """HF's classifier head is dense -> GELU -> dense; serving.py writes the first dense as the
+    """HF's classifier head is dense -> GELU -> dense; hf_peer_models writes the first dense as the
     identity plus SHIFT, which GELU must pass unchanged for any [CLS] feature above -10."""
     import torch  # a test extra: missing, the test fails
     x = torch.linspace(-9.99, 60.0, 200001, dtype=torch.float32) + SHIFT
@@ -44,7 +45,7 @@ def test_gelu_is_the_identity_past_the_shift_in_float32():
 
 
 def test_hf_classifier_of_a_trial_gives_its_logits(tmp_path, shared_data, vocab_file):
-    """serving.py's HF peer: a fine-tuned trial written as ElectraForSequenceClassification (its head
+    """serving.py's HF peer (hf_peer_models): a fine-tuned trial written as ElectraForSequenceClassification (its head
     dense(H, C) as HF's dense -> GELU -> dense with the shift) gives the trial's own logits."""
     import json
     import torch

@@ -92,8 +92,8 @@ def test_the_flops_count_the_widths_the_runs_train(tmp_path, settings_name):
 
 @pytest.mark.parametrize("settings_name", ["REAL", "QUICK"])
 def test_a_diagnostic_s_flops_count_the_generator_it_trains(tmp_path, shared_data, settings_name):
-    """Stage 4's runs change one setting each (the fourth is the first with Adam's bias correction);
-    the FLOPs per step follow the generator their PretrainingConfig builds (the full-width one costs
+    """Stage 4's runs change one setting each (the fourth: the first's, with Adam's bias correction
+    too); the FLOPs per step follow the generator their PretrainingConfig builds (the full-width one costs
     more, so it gets fewer steps)."""
     from electra_tf.config import PretrainingConfig
     from paper_replication import settings as plan

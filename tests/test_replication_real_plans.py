@@ -144,7 +144,8 @@ def test_stage4_runs_the_diagnostics_fixed_in_results_outside_the_cap(tmp_path, 
         pytest.approx(1.53, abs=0.005)
     assert 2960 * wide["flops_per_step"] == pytest.approx(plans[1].budget["flops_each"], rel=0.01)
     corrected = segments["s4/s4_full_generator_bias_corrected/pretrain/2960"].params
-    differ = {k: (wide["hparams"].get(k), v) for k, v in corrected["hparams"].items() if wide["hparams"].get(k) != v}
+    differ = {k: (wide["hparams"].get(k), corrected["hparams"].get(k)) for k in {*wide["hparams"], *corrected["hparams"]}
+              if wide["hparams"].get(k) != corrected["hparams"].get(k)}
     assert differ == {"adam_bias_correction": (None, True), "model_dir": (wide["hparams"]["model_dir"],
                                                                         str(ctx.output_dir / "models" / corrected["run"]))}
     assert corrected["flops_per_step"] == wide["flops_per_step"]  # the correction costs no FLOPs

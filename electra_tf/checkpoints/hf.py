@@ -273,10 +273,11 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
             flags = json.loads((dirs["generator"] / "config.json").read_text())
             width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
             own = flags.get(OWN_EMBEDDINGS) is True or width != shapes["electra/embeddings/word_embeddings"].shape[1]
-            # the discriminator's own encoder: only the head shows (pass 2 checks the copies agree)
-            shared = flags.get(DISCRIMINATOR_ENCODER) is True
-            shapes.update(_shape_names(gen, "generator", "electra" if shared else "generator",
-                                       "generator/embeddings" if own and not shared else None))
+            if flags.get(DISCRIMINATOR_ENCODER) is True:  # the discriminator's encoder: only the head
+                # shows, and the discriminator's shapes stay the config's (pass 2 checks the copies agree)
+                shapes["generator_predictions/output_bias"] = _tensor(gen, "generator_lm_head.bias", "generator")
+            else:
+                shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
     config = infer_config(shapes, model_name, data_dir or str(path))
     # Pass 2: every weight through the exact mapping of that config.
     values: Dict[str, np.ndarray] = {}

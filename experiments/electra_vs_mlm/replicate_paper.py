@@ -6,9 +6,9 @@
 Stage 1 finds a regime where BERT-MLM pretraining beats random init (go/no-go), stage 2
 pretrains electra and bert with the same FLOPs and fine-tunes them on five GLUE dev sets, stage 3
 runs the paper's ablations. The plan, pre-registered before any result, is the docstring of
-experiments/electra_vs_mlm/paper_replication/settings.py; stage 4, three diagnostics of `electra` outside the
-plan and its cap, was added there after stage 2's `electra` had run (fixed in REPORT.md before
-any of them ran). Every unit writes a small result JSON under `<output-dir>/units/` and
+experiments/electra_vs_mlm/paper_replication/settings.py; stage 4, diagnostics of `electra` outside the
+plan and its cap, was added there after stage 2's `electra` had run (each fixed in REPORT.md
+before it ran). Every unit writes a small result JSON under `<output-dir>/units/` and
 `<results-dir>/units/` (committed); rerunning the same command resumes and never redoes a
 finished unit. Keep `--output-dir` outside the checkout (e.g.
 /work/replication): it holds the data, checkpoints and logs, which the work tree must not.

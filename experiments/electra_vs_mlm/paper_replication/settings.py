@@ -85,7 +85,7 @@ LEARNS_MARGIN = 0.005  # nats below the constant predictor's held-out loss (stag
 
 @dataclasses.dataclass(frozen=True)
 class Diagnostic:
-    """A stage-4 run: `electra` at the regime with one setting changed."""
+    """A stage-4 run: `electra` at the regime with the settings in `hparams` / `learning_rate` changed."""
 
     name: str
     hparams: Tuple[Tuple[str, object], ...] = ()  # PretrainingConfig values that differ from stage 2's

@@ -292,7 +292,7 @@ def plan_stage3(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan
 
 
 def plan_stage4(ctx: Context, stage1: StagePlan, stage2: StagePlan) -> StagePlan:
-    """The diagnostics (settings.DIAGNOSTICS): `electra` at stage 2's schedule with one setting
+    """The diagnostics (settings.DIAGNOSTICS): `electra` at stage 2's schedule with its settings
     changed, its final checkpoint fine-tuned; random init is stage 2's. Outside the cap.
     First, the chunking reading (issue #42, added before any of its trials ran) of stage 2's final
     models, from their committed exports, and of random init; every diagnostic is read on it too."""
