@@ -271,12 +271,12 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
             shapes.update(_shape_names(gen, "generator", "electra", "electra/embeddings"))
         else:
             flags = json.loads((dirs["generator"] / "config.json").read_text())
-            width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
-            own = flags.get(OWN_EMBEDDINGS) is True or width != shapes["electra/embeddings/word_embeddings"].shape[1]
             if flags.get(DISCRIMINATOR_ENCODER) is True:  # the discriminator's encoder: only the head
                 # shows, and the discriminator's shapes stay the config's (pass 2 checks the copies agree)
                 shapes["generator_predictions/output_bias"] = _tensor(gen, "generator_lm_head.bias", "generator")
             else:
+                width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
+                own = flags.get(OWN_EMBEDDINGS) is True or width != shapes["electra/embeddings/word_embeddings"].shape[1]
                 shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
     config = infer_config(shapes, model_name, data_dir or str(path))
     # Pass 2: every weight through the exact mapping of that config.
