@@ -58,7 +58,7 @@ def write_hf_model(trial_dir: Path, out: Path, architecture: str, head_tensors, 
     save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(out / hf.WEIGHTS_FILE),
               metadata={"format": "pt"})
     labels = labels_of(task)
-    document = dict(hf.hf_config(encoder, "discriminator"), architectures=[architecture],
+    document = dict(hf.hf_config(encoder, architecture),
                     id2label={i: str(label) for i, label in enumerate(labels)},
                     label2id={str(label): i for i, label in enumerate(labels)})
     (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")

@@ -75,6 +75,13 @@ def has_rtd_loss(objective: str) -> bool:
     return objective in ("electra", "electra_15")
 
 
+def has_discriminator_mlm_head(objective: str) -> bool:
+    """Whether the discriminator predicts token identities with an MLM head of its own
+    (`discriminator_mlm_predictions`): replace_mlm (at the masked positions) and all_tokens_mlm
+    (everywhere, with `discriminator_predictions` as its copy gate)."""
+    return objective in ("replace_mlm", "all_tokens_mlm")
+
+
 def encoder_shapes(config: BertConfig) -> dict:
     """The fields of an encoder config that set its variables' shapes."""
     return {name: getattr(config, name) for name in SHAPE_FIELDS}

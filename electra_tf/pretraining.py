@@ -23,12 +23,11 @@ import tf_keras
 
 from electra_tf import objectives as obj
 from electra_tf.objectives.random_seeds import split_seed
-from electra_tf.config import PretrainingConfig, has_rtd_loss
+from electra_tf.config import PretrainingConfig, has_discriminator_mlm_head, has_rtd_loss
 from electra_tf.modeling import ElectraModel, MaskedLMHead
 from electra_tf.modeling.layer_utils import build_in_scope
 
 STAGES = ("joint", "generator", "discriminator")
-_MLM_ON_DISCRIMINATOR = ("replace_mlm", "all_tokens_mlm")
 
 
 class PretrainingOutput(NamedTuple):
@@ -58,7 +57,7 @@ class PretrainingModel(tf_keras.Model):
             untied_generator=config.untied_generator,
             layout="bert" if config.objective == "bert" else "electra")
         self.discriminator_mlm_head = None
-        if config.objective in _MLM_ON_DISCRIMINATOR:
+        if has_discriminator_mlm_head(config.objective):
             self.discriminator_mlm_head = MaskedLMHead(disc_config, self.network.embeddings,
                                                        name="discriminator_mlm_predictions")
             build_in_scope(self.discriminator_mlm_head, [None, None, disc_config.hidden_size])

@@ -12,7 +12,7 @@ import transformers
 import convert_checkpoint
 from checkpoint_helpers import encode_pairs, mrpc_pairs, randomize
 from electra_tf.checkpoints import model_dir, read_pretrained
-from electra_tf.checkpoints.hf import DISCRIMINATOR_ENCODER, OWN_EMBEDDINGS, export_hf, network_pairs
+from electra_tf.checkpoints.hf import DISCRIMINATOR_ENCODER, OBJECTIVE, OWN_EMBEDDINGS, ROLE, export_hf, network_pairs
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
@@ -62,12 +62,13 @@ def _hf_logits(hf_dir, batch, expected_values, config):
     logits = {}
     networks = network_pairs(config)
     assert sorted(p.name for p in hf_dir.iterdir()) == sorted(networks)  # one dir per network, no other
-    for role, (_, role_pairs) in networks.items():
-        model, info = getattr(transformers, HF_CLASSES[role]).from_pretrained(
+    for role, network in networks.items():
+        assert network.architecture == HF_CLASSES[role]
+        model, info = getattr(transformers, network.architecture).from_pretrained(
             str(hf_dir / role), output_loading_info=True, attn_implementation="eager")
         assert all(not keys for keys in info.values()), info  # nothing missing, unexpected, mismatched
         state = {k: v.numpy() for k, v in model.state_dict().items()}
-        pairs = {hf: (tf1, transposed) for tf1, hf, transposed in role_pairs}
+        pairs = {hf: (tf1, transposed) for tf1, hf, transposed in network.pairs}
         if role == "generator":  # tied to the generator's word table
             pairs["generator_lm_head.weight"] = pairs["electra.embeddings.word_embeddings.weight"]
         assert set(state) == set(pairs)  # every HF parameter is one of ours
@@ -158,6 +159,52 @@ def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, si
         assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(tmp_path / "y")]) == 2
         assert "electra.encoder.layer.0.attention.self.query.weight differs from electra/encoder/layer_0/attention/" \
                "self/query/kernel" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("objective", ["replace_mlm", "all_tokens_mlm", "electra_15"])
+def test_export_and_import_of_the_ablations(tmp_path, vocab_file, glue_batch, objective):
+    """A discriminator trained with an MLM head of its own exports as an ElectraForMaskedLM whose
+    token logits equal that head's within 1e-5; its other head (unused by replace_mlm, the copy
+    gate of all_tokens_mlm) rides along, and ElectraForPreTraining reads it with the same logits
+    as ours. electra_15's discriminator is an ElectraForPreTraining, as electra's. from-hf gives
+    back the objective, which the shapes alone cannot tell, and every value."""
+    source, built, config = _write_model_dir(tmp_path, vocab_file, "tiny", seed=3, train_steps=2, batch=glue_batch,
+                                             hparams={"objective": objective})
+    out = tmp_path / "hf"
+    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
+    document = json.loads((out / "discriminator" / "config.json").read_text())
+    assert (document[ROLE], document[OBJECTIVE]) == ("discriminator", objective)
+    ids, mask, segments = glue_batch
+    sequence = built.model.network.discriminator(ids, mask, segments)
+    ours = {"ElectraForPreTraining": built.model.network.discriminator_head(sequence).numpy()}
+    mlm_head = built.model.discriminator_mlm_head
+    if mlm_head is not None:
+        ours["ElectraForMaskedLM"] = mlm_head(sequence, None).numpy()
+    assert document["architectures"] == ["ElectraForMaskedLM" if mlm_head is not None else "ElectraForPreTraining"]
+    for architecture, logits in ours.items():
+        model, info = getattr(transformers, architecture).from_pretrained(
+            str(out / "discriminator"), output_loading_info=True, attn_implementation="eager")
+        assert not info["missing_keys"] and not info["mismatched_keys"], info
+        other_head = "generator_" if architecture == "ElectraForPreTraining" else "discriminator_predictions."
+        assert all(key.startswith(other_head) for key in info["unexpected_keys"]), info
+        assert bool(info["unexpected_keys"]) is (mlm_head is not None)
+        with torch.no_grad():
+            theirs = model.eval()(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                                  token_type_ids=torch.tensor(segments, dtype=torch.long)).logits.numpy()
+        _assert_close(logits, theirs, mask)
+    imported = tmp_path / "models" / "back"
+    assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(imported)]) == 0
+    back = read_pretrained(imported)
+    assert back.config.objective == objective
+    assert back.config.architecture_dict() == config.architecture_dict()
+    values = model_dir.weights_of(built)
+    for name in (v.name.split(":")[0] for v in built.model.variables):
+        np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
+    document[OBJECTIVE] = "bert"
+    (out / "discriminator" / "config.json").write_text(json.dumps(document))
+    with pytest.raises(InputError, match=r"discriminator/config.json: electra_tf_objective 'bert' is not an "
+                                         r"objective with a discriminator"):
+        read_pretrained(out)
 
 
 def test_export_in_float16(tmp_path, vocab_file, glue_batch):

@@ -11,16 +11,20 @@ Name mapping (HF's module tree in transformers/models/electra/modeling_electra.p
 LayerNorm `gamma`/`beta` are `.weight`/`.bias`; embedding tables keep their orientation. HF's
 generator owns a copy of the embedding block that the original shares with the discriminator,
 and its `generator_lm_head.weight` is tied to that word table, so it is not written.
+
+A discriminator trained with an MLM head of its own (replace_mlm, all_tokens_mlm) is written as
+an `ElectraForMaskedLM` with that head; its `discriminator_predictions` head (unused by
+replace_mlm, the copy gate of all_tokens_mlm) rides along as weights HF's class does not take.
 """
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import PRETRAINING_OBJECTIVES, PretrainingConfig, has_discriminator_mlm_head
 from electra_tf.errors import InputError
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON
@@ -28,6 +32,7 @@ from electra_tf.checkpoints.original import infer_config
 
 WEIGHTS_FILE = "model.safetensors"
 LEGACY_WEIGHTS_FILE = "pytorch_model.bin"
+# Each network's HF class, unless its head says otherwise (a discriminator with an MLM head).
 ROLES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
 Pair = Tuple[str, str, bool]  # (TF1 name, HF key, transposed)
 # float16 halves the files (the released models are float32); the import reads either as float32.
@@ -38,6 +43,19 @@ OWN_EMBEDDINGS = "electra_tf_own_embeddings"
 # In a generator's config.json: its encoder is the discriminator's (`untied_generator: false`). HF's
 # two networks are separate modules, so the copies' equality alone cannot tell sharing from chance.
 DISCRIMINATOR_ENCODER = "electra_tf_discriminator_encoder"
+# In every network's config.json: which of the two it is (the architecture cannot tell a
+# discriminator with an MLM head from a generator); in the discriminator's, its objective (the
+# shapes cannot tell electra from electra_15, nor replace_mlm from all_tokens_mlm).
+ROLE = "electra_tf_role"
+OBJECTIVE = "electra_tf_objective"
+
+
+class Network(NamedTuple):
+    """One HF network of a pretraining model."""
+
+    encoder: BertConfig
+    pairs: List[Pair]  # every weight it writes
+    architecture: str  # the HF class whose head it fills
 
 
 def _dense(tf1: str, hf: str) -> List[Pair]:
@@ -67,34 +85,44 @@ def encoder_pairs(scope: str, embeddings_scope: str, config: BertConfig) -> List
     return pairs
 
 
-def network_pairs(config: PretrainingConfig) -> Dict[str, Tuple[BertConfig, List[Pair]]]:
-    """The networks of a pretraining config to export: role → (encoder config, name pairs)."""
+def _mlm_head(scope: str) -> List[Pair]:
+    """An MLM head `<scope>` ↔ the head of HF's ElectraForMaskedLM (its output table is the word table)."""
+    return _dense(f"{scope}/dense", "generator_predictions.dense") + _layer_norm(
+        f"{scope}/LayerNorm", "generator_predictions.LayerNorm") + [
+        (f"{scope}/output_bias", "generator_lm_head.bias", False)]
+
+
+def network_pairs(config: PretrainingConfig) -> Dict[str, Network]:
+    """The networks of a pretraining config to export, by role."""
     networks = {}
     disc = config.discriminator_config()
     if config.objective != "bert":
-        networks["discriminator"] = (disc, encoder_pairs("electra", "electra/embeddings", disc) + _dense(
+        pairs = encoder_pairs("electra", "electra/embeddings", disc) + _dense(
             "discriminator_predictions/dense", "discriminator_predictions.dense") + _dense(
-            "discriminator_predictions/dense_1", "discriminator_predictions.dense_prediction"))
+            "discriminator_predictions/dense_1", "discriminator_predictions.dense_prediction")
+        if has_discriminator_mlm_head(config.objective):
+            networks["discriminator"] = Network(disc, pairs + _mlm_head("discriminator_mlm_predictions"),
+                                                ROLES["generator"])
+        else:
+            networks["discriminator"] = Network(disc, pairs, ROLES["discriminator"])
     if not config.uniform_generator:
         gen = config.generator_config()
         separate = config.objective != "bert" and config.untied_generator
         scope = "generator" if separate else "electra"
         embeddings = "generator/embeddings" if separate and config.untied_generator_embeddings \
             else "electra/embeddings"
-        networks["generator"] = (gen, encoder_pairs(scope, embeddings, gen) + _dense(
-            "generator_predictions/dense", "generator_predictions.dense") + _layer_norm(
-            "generator_predictions/LayerNorm", "generator_predictions.LayerNorm") + [
-            ("generator_predictions/output_bias", "generator_lm_head.bias", False)])
+        networks["generator"] = Network(gen, encoder_pairs(scope, embeddings, gen) + _mlm_head(
+            "generator_predictions"), ROLES["generator"])
     return networks
 
 
-def hf_config(encoder: BertConfig, role: str, dtype: str = "float32") -> dict:
+def hf_config(encoder: BertConfig, architecture: str, dtype: str = "float32") -> dict:
     """config.json of one HF network; HF's "gelu" is the exact erf GELU, as ours. transformers
     reads the weights' dtype from "dtype" since 4.56, from "torch_dtype" before."""
     fields = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
               "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
               "max_position_embeddings", "type_vocab_size", "initializer_range")
-    return {"architectures": [ROLES[role]], "model_type": "electra",
+    return {"architectures": [architecture], "model_type": "electra",
             **{name: getattr(encoder, name) for name in fields},
             "layer_norm_eps": LAYER_NORM_EPSILON, "pad_token_id": 0, "tie_word_embeddings": True,
             "dtype": dtype, "torch_dtype": dtype}
@@ -117,10 +145,11 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
     if dtype not in EXPORT_DTYPES:
         raise InputError(f"dtype {dtype!r}: HF exports are written in {' or '.join(EXPORT_DTYPES)}")
     networks = network_pairs(config)
-    if "generator" in networks and config.discriminator_config().hidden_act != "gelu":
-        raise InputError(f"hidden_act {config.discriminator_config().hidden_act!r}: HF's generator head "
+    if any(network.architecture == ROLES["generator"] for network in networks.values()) and \
+            config.discriminator_config().hidden_act != "gelu":
+        raise InputError(f"hidden_act {config.discriminator_config().hidden_act!r}: HF's MLM head "
                          "always applies gelu, so only gelu models export exactly")
-    for role, (encoder, pairs) in networks.items():
+    for role, (encoder, pairs, architecture) in networks.items():
         missing = [tf1 for tf1, _, _ in pairs if tf1 not in values]
         if missing:
             raise InputError(f"cannot export the {role}: the weights lack {missing[0]} "
@@ -130,7 +159,9 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
         tensors = {hf: np.ascontiguousarray(values[tf1].T if transposed else values[tf1], dtype)
                    for tf1, hf, transposed in pairs}
         save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
-        document = hf_config(encoder, role, dtype)
+        document = dict(hf_config(encoder, architecture, dtype), **{ROLE: role})
+        if role == "discriminator":
+            document[OBJECTIVE] = config.objective
         if role == "generator" and any(tf1.startswith("generator/embeddings/") for tf1, _, _ in pairs):
             document[OWN_EMBEDDINGS] = True
         if role == "generator" and "discriminator" in networks and not config.untied_generator:
@@ -157,6 +188,8 @@ def _network_dir(path: Path) -> Optional[Tuple[str, Path]]:
         raise InputError(f"{config}: not valid JSON ({error})") from None
     if content.get("model_type") != "electra":
         return None
+    if content.get(ROLE) in ROLES:
+        return content[ROLE], path
     architectures = content.get("architectures") or ["ElectraForPreTraining"]
     role = "generator" if architectures[0] in ("ElectraForMaskedLM", "ElectraForCausalLM") else "discriminator"
     return role, path
@@ -205,7 +238,7 @@ def _to_tf1(tensors: Dict[str, np.ndarray], pairs: List[Pair], role: str, direct
     the mapping does not take are kept as `<role>/<HF key>`, so the load report lists them as
     unused instead of dropping them silently."""
     tied = "generator_lm_head.weight"
-    if role == "generator" and tied in tensors:  # saved although tied: it must be the word table
+    if tied in tensors:  # an MLM head's, saved although tied: it must be the word table
         pairs = pairs + [(pairs[0][0], tied, False)]
     for tf1, hf, transposed in pairs:
         if hf not in tensors:
@@ -254,9 +287,9 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
     discriminator's) unless the block is of another width or its config.json says it is its own
     (OWN_EMBEDDINGS, written by `export_hf`): then `untied_generator_embeddings`. One whose
     config.json says its encoder is the discriminator's (DISCRIMINATOR_ENCODER) must equal it in
-    every encoder weight and gives `untied_generator: false`. A discriminator
-    alone becomes the same with the generator left out; a generator alone, an MLM-only ("bert"
-    objective) model.
+    every encoder weight and gives `untied_generator: false`. The objective is the one the
+    discriminator's config.json names (OBJECTIVE), else "electra". A discriminator alone becomes
+    the same with the generator left out; a generator alone, an MLM-only ("bert" objective) model.
     """
     from electra_tf.checkpoints import PretrainedWeights
     dirs = network_dirs(path)
@@ -278,18 +311,30 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
                 width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
                 own = flags.get(OWN_EMBEDDINGS) is True or width != shapes["electra/embeddings/word_embeddings"].shape[1]
                 shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
-    config = infer_config(shapes, model_name, data_dir or str(path))
+    objective = _objective(dirs["discriminator"]) if "discriminator" in dirs else None
+    config = infer_config(shapes, model_name, data_dir or str(path), objective=objective)
     # Pass 2: every weight through the exact mapping of that config.
     values: Dict[str, np.ndarray] = {}
     networks = network_pairs(config)
     for role in ("discriminator", "generator"):
         if role in tensors:
-            _check_hf_config(dirs[role], networks[role][0])
-            _to_tf1(tensors[role], networks[role][1], role, dirs[role], values)
+            _check_hf_config(dirs[role], networks[role].encoder)
+            _to_tf1(tensors[role], networks[role].pairs, role, dirs[role], values)
     directory = next(iter(dirs.values()))
     config = dataclasses.replace(config, do_lower_case=_lower_case(directory, config.do_lower_case))
     vocab = directory / "vocab.txt"
     return PretrainedWeights(values, config, str(vocab) if vocab.is_file() else None)
+
+
+def _objective(directory: Path) -> Optional[str]:
+    """The objective a discriminator's config.json names (OBJECTIVE), or None when it names none."""
+    config = directory / "config.json"
+    objective = json.loads(config.read_text()).get(OBJECTIVE)
+    with_discriminator = [name for name in PRETRAINING_OBJECTIVES if name != "bert"]
+    if objective is not None and objective not in with_discriminator:
+        raise InputError(f"{config}: {OBJECTIVE} {objective!r} is not an objective with a discriminator "
+                         f"(one of {with_discriminator})")
+    return objective
 
 
 def _lower_case(directory: Path, default: bool) -> bool:

@@ -80,8 +80,9 @@ def _hidden_size(values, scope: str) -> int:
 
 
 def infer_config(values: Dict[str, np.ndarray], model_name: str, data_dir: str,
-                 **paths) -> PretrainingConfig:
-    """The PretrainingConfig whose model has these weights' shapes.
+                 objective: Optional[str] = None) -> PretrainingConfig:
+    """The PretrainingConfig whose model has these weights' shapes, trained with `objective` when
+    the weights' source names one (shapes cannot tell electra from electra_15).
 
     Sizes come from the tables and kernels: vocab and embedding width from the word table,
     H and L from the discriminator's layers, the generator's fraction of both from `generator/`,
@@ -98,6 +99,8 @@ def infer_config(values: Dict[str, np.ndarray], model_name: str, data_dir: str,
     gen_layers = _layer_count(values, "generator")
     hparams = dict(model_size="small", vocab_size=vocab_size, embedding_size=embedding_size,
                    max_seq_length=min(128, int(values["electra/embeddings/position_embeddings"].shape[0])))
+    if objective is not None:
+        hparams["objective"] = objective
     if has_generator_head and not has_discriminator_head:
         hparams["objective"] = "bert"
     elif has_generator_head and gen_layers == 0:
@@ -123,7 +126,7 @@ def infer_config(values: Dict[str, np.ndarray], model_name: str, data_dir: str,
         if value != {"intermediate_size": 4 * hidden, "max_position_embeddings": 512,
                      "type_vocab_size": 2}[name]:
             overrides[name] = value
-    return PretrainingConfig.from_hparams(model_name, data_dir, {**hparams, **paths})
+    return PretrainingConfig.from_hparams(model_name, data_dir, hparams)
 
 
 def write_original(values: Dict[str, np.ndarray], directory, step: Optional[int] = None) -> str:
