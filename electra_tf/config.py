@@ -116,6 +116,7 @@ class PretrainingConfig(HParams):
     mask_token_fraction: float = 0.85  # of masked positions: [MASK]; the original's 85%
     random_token_fraction: float = 0.0  # a random token; the rest keep theirs (BERT: 0.8 / 0.1)
     mask_with_replacement: bool = True  # True: the original's draw, duplicates possible; False: distinct positions
+    whole_word_masking: bool = False  # draw whole words, a word's "##" pieces with it (BERT's; not the original's)
     # Optimisation
     optimizer: str = "adamw"  # one of OPTIMIZERS
     learning_rate: float = 5e-4

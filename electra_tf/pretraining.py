@@ -16,14 +16,16 @@ generator alone with MLM; `init_discriminator_from_generator()` then copies its 
 block the two share (so the frozen generator keeps reading the embeddings it was trained with).
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from electra_tf import objectives as obj
 from electra_tf.objectives.random_seeds import split_seed
 from electra_tf.config import PretrainingConfig, has_discriminator_mlm_head, has_rtd_loss
+from electra_tf.errors import InputError
 from electra_tf.modeling import ElectraModel, MaskedLMHead
 from electra_tf.modeling.layer_utils import build_in_scope
 
@@ -46,10 +48,21 @@ class PretrainingOutput(NamedTuple):
 class PretrainingModel(tf_keras.Model):
     """Generator + discriminator (`ElectraModel`) with the objective of a `PretrainingConfig`."""
 
-    def __init__(self, config: PretrainingConfig, cls_id: int, sep_id: int, mask_id: int, **kwargs):
+    def __init__(self, config: PretrainingConfig, cls_id: int, sep_id: int, mask_id: int,
+                 continuation_ids: Sequence[int] = (), **kwargs):
+        """continuation_ids: the vocab's "##" pieces (`tokenization.continuation_ids`), which
+        `whole_word_masking` needs."""
         super().__init__(name="pretraining_model", **kwargs)
         self.config = config
         self.special_ids = dict(cls_id=cls_id, sep_id=sep_id, mask_id=mask_id)
+        self.continuation_table = None  # [V] bool: the token continues a word
+        if config.whole_word_masking:
+            if not continuation_ids:
+                raise InputError(f"whole_word_masking: the vocab {config.vocab_file} has no WordPiece "
+                                 "continuations (tokens starting with ##), so no word has two pieces")
+            table = np.zeros([config.vocab_size], bool)
+            table[list(continuation_ids)] = True
+            self.continuation_table = tf.constant(table)
         disc_config = config.discriminator_config()
         self.network = ElectraModel(
             disc_config, config.generator_config(),
@@ -73,7 +86,10 @@ class PretrainingModel(tf_keras.Model):
             input_ids, input_mask, max_predictions_per_seq=config.max_predictions_per_seq,
             mask_prob=config.mask_prob, mask_token_fraction=config.mask_token_fraction,
             random_token_fraction=config.random_token_fraction, vocab_size=config.vocab_size,
-            with_replacement=config.mask_with_replacement, seed=mask_seed, **self.special_ids)
+            with_replacement=config.mask_with_replacement, seed=mask_seed,
+            is_continuation=None if self.continuation_table is None else tf.gather(
+                self.continuation_table, tf.cast(input_ids, tf.int32)),  # [B, L]
+            **self.special_ids)
         gen_logits = self._generator_logits(masked, input_mask, segment_ids, training)  # [B, N, V]
         mlm = obj.mlm_loss(gen_logits, masked.masked_lm_ids, masked.masked_lm_weights)
         if config.objective == "bert" or stage == "generator":

@@ -85,6 +85,12 @@ def load_vocab(vocab_file) -> list[str]:
     return vocab
 
 
+def continuation_ids(vocab: Sequence[str]) -> list[int]:
+    """The ids of the WordPiece tokens that continue a word (they start with "##"), which
+    whole-word masking keeps with the piece before them."""
+    return [i for i, token in enumerate(vocab) if token.startswith("##")]
+
+
 def special_ids(vocab: Sequence[str]) -> dict[str, int]:
     """The ids pretraining needs ({cls_id, sep_id, mask_id}) of a vocab read by `load_vocab`."""
     return {"cls_id": vocab.index("[CLS]"), "sep_id": vocab.index("[SEP]"), "mask_id": vocab.index("[MASK]")}

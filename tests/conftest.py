@@ -38,6 +38,47 @@ def corpus_dir(shared_data) -> Path:
 
 
 @pytest.fixture(scope="session")
+def wikipedia_rows(corpus_dir, vocab_file):
+    """[10000, 128] (input_ids, input_mask) packed from Wikipedia with the BERT vocab: 1-2 segments,
+    some padding; [PAD], [CLS], [SEP], [MASK] are ids 0, 101, 102, 103."""
+    import numpy as np
+    from official.nlp.tools.tokenization import FullTokenizer
+    PAD, CLS, SEP, MASK = 0, 101, 102, 103
+    SEQ_LEN, NUM_ROWS = 128, 10_000
+    tokenizer = FullTokenizer(str(vocab_file), do_lower_case=True)
+    assert tokenizer.convert_tokens_to_ids(["[PAD]", "[CLS]", "[SEP]", "[MASK]"]) == [
+        PAD, CLS, SEP, MASK]
+    rng = np.random.default_rng(0)
+    rows, stream = [], []
+
+    def emit(tokens):
+        if rng.random() < 0.5 and len(tokens) > 1:  # two segments
+            cut = int(rng.integers(1, len(tokens)))
+            row = [CLS] + tokens[:cut] + [SEP] + tokens[cut:] + [SEP]
+        else:
+            row = [CLS] + tokens + [SEP]
+        rows.append(row[:SEQ_LEN] + [PAD] * (SEQ_LEN - len(row[:SEQ_LEN])))
+
+    for path in sorted(corpus_dir.glob("wiki_*")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line.startswith("<doc") or line == "</doc>":  # document boundary
+                if stream:
+                    emit(stream[: SEQ_LEN - 3])
+                stream = []
+            elif line:
+                stream += tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line))
+                while len(stream) >= SEQ_LEN:  # a fifth of the rows get a random short length
+                    size = SEQ_LEN - 3 if rng.random() < 0.8 else int(rng.integers(1, SEQ_LEN - 3))
+                    emit(stream[:size])
+                    stream = stream[size:]
+            if len(rows) >= NUM_ROWS:
+                ids = np.array(rows[:NUM_ROWS], np.int32)
+                return ids, (ids != PAD).astype(np.int32)
+    pytest.fail("the corpus gave fewer than 10,000 rows")
+
+
+@pytest.fixture(scope="session")
 def pretraining_data_dir(corpus_dir, vocab_file, tmp_path_factory) -> Path:
     """A data dir laid out as the original's: vocab.txt and pretrain_tfrecords/ (64-token records
     built from two Wikipedia files, 10 % of documents held out in pretrain_tfrecords/eval/)."""

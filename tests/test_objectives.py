@@ -12,46 +12,8 @@ from electra_tf.objectives import (copy_mechanism_loss, fake_data, mask_tokens, 
 from electra_tf.pretraining import PretrainingModel
 
 PAD, CLS, SEP, MASK = 0, 101, 102, 103
-SEQ_LEN, N = 128, 19  # N = int((0.15 + 0.005) * 128), the original's max_predictions_per_seq
-NUM_ROWS = 10_000
+N = 19  # int((0.15 + 0.005) * 128), the original's max_predictions_per_seq, for wikipedia_rows
 SPECIAL = dict(mask_id=MASK, cls_id=CLS, sep_id=SEP)
-
-
-@pytest.fixture(scope="module")
-def real_rows(corpus_dir, vocab_file):
-    """[NUM_ROWS, 128] (input_ids, input_mask) packed from Wikipedia: 1-2 segments, some padding."""
-    from official.nlp.tools.tokenization import FullTokenizer
-    tokenizer = FullTokenizer(str(vocab_file), do_lower_case=True)
-    assert tokenizer.convert_tokens_to_ids(["[PAD]", "[CLS]", "[SEP]", "[MASK]"]) == [
-        PAD, CLS, SEP, MASK]
-    rng = np.random.default_rng(0)
-    rows, stream = [], []
-
-    def emit(tokens):
-        if rng.random() < 0.5 and len(tokens) > 1:  # two segments
-            cut = int(rng.integers(1, len(tokens)))
-            row = [CLS] + tokens[:cut] + [SEP] + tokens[cut:] + [SEP]
-        else:
-            row = [CLS] + tokens + [SEP]
-        rows.append(row[:SEQ_LEN] + [PAD] * (SEQ_LEN - len(row[:SEQ_LEN])))
-
-    for path in sorted(corpus_dir.glob("wiki_*")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            line = line.strip()
-            if line.startswith("<doc") or line == "</doc>":  # document boundary
-                if stream:
-                    emit(stream[: SEQ_LEN - 3])
-                stream = []
-            elif line:
-                stream += tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line))
-                while len(stream) >= SEQ_LEN:  # a fifth of the rows get a random short length
-                    size = SEQ_LEN - 3 if rng.random() < 0.8 else int(rng.integers(1, SEQ_LEN - 3))
-                    emit(stream[:size])
-                    stream = stream[size:]
-            if len(rows) >= NUM_ROWS:
-                ids = np.array(rows[:NUM_ROWS], np.int32)
-                return ids, (ids != PAD).astype(np.int32)
-    pytest.fail("the corpus gave fewer than 10,000 rows")
 
 
 def candidate_counts(ids, mask):
@@ -108,8 +70,8 @@ def check_positions(ids, mask, masked, distinct):
     return counts
 
 
-def test_masking_statistics_on_real_rows(real_rows):
-    ids, mask = real_rows
+def test_masking_statistics_on_wikipedia_rows(wikipedia_rows):
+    ids, mask = wikipedia_rows
     assert len({int(m.sum()) for m in mask}) > 50  # padding variety
     masked = mask_tokens(ids, mask, max_predictions_per_seq=N, with_replacement=False, seed=[1, 2], **SPECIAL)
     counts = check_positions(ids, mask, masked, distinct=True)
@@ -120,8 +82,8 @@ def test_masking_statistics_on_real_rows(real_rows):
     assert np.mean((now != MASK) & (now != original)) == 0.0
 
 
-def test_bert_style_80_10_10(real_rows):
-    ids, mask = real_rows
+def test_bert_style_80_10_10(wikipedia_rows):
+    ids, mask = wikipedia_rows
     masked = mask_tokens(ids, mask, max_predictions_per_seq=N, mask_token_fraction=0.8,
                          random_token_fraction=0.1, vocab_size=30522, with_replacement=False,
                          seed=[3, 4], **SPECIAL)
@@ -135,8 +97,8 @@ def test_bert_style_80_10_10(real_rows):
     assert len(np.unique(now[random])) > 0.5 * random.sum()  # spread over the vocab
 
 
-def test_with_replacement_duplicates_and_scatter_rule(real_rows):
-    ids, mask = real_rows
+def test_with_replacement_duplicates_and_scatter_rule(wikipedia_rows):
+    ids, mask = wikipedia_rows
     masked = mask_tokens(ids, mask, max_predictions_per_seq=N, with_replacement=True,
                          seed=[5, 6], **SPECIAL)
     check_positions(ids, mask, masked, distinct=False)
@@ -153,9 +115,9 @@ def test_with_replacement_duplicates_and_scatter_rule(real_rows):
     assert ((values == MASK) | (values == ids[rows, distinct])).all()
 
 
-def test_default_config_masks_with_replacement(real_rows):
+def test_default_config_masks_with_replacement(wikipedia_rows):
     """A default PretrainingConfig draws as the original (repeats happen); false never repeats."""
-    ids, mask = real_rows
+    ids, mask = wikipedia_rows
     short = mask.sum(1) < 40  # rows with few candidates, where a repeated draw is likely
     ids, mask = ids[short, :40], mask[short, :40]  # [R, 40]: their padding cut off
     ids = np.where(ids > MASK, MASK + 1 + ids % 400, ids)  # a 504-token vocab keeps the MLM logits small

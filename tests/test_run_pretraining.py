@@ -124,7 +124,8 @@ def test_unwritable_model_dir(data_dir, tmp_path, capsys):
     {"strategy": "mirrored", "gradient_accumulation_steps": 2, "per_replica_clipping": True},
     {"two_stage_generator_steps": 10, "generator_hidden_size": 1.0},
     {"objective": "bert"},
-], ids=["bf16", "xla", "mirrored_accumulation_per_replica_clipping", "two_stage", "bert"])
+    {"whole_word_masking": True, "jit_compile": True},  # the model refuses it without the vocab's "##" ids
+], ids=["bf16", "xla", "mirrored_accumulation_per_replica_clipping", "two_stage", "bert", "whole_words_xla"])
 def test_engines_and_schedules(data_dir, capsys, monkeypatch, values):
     from electra_tf.training import pretraining_runner
     clip_norms = {}  # who clips: the optimizer after aggregation (default) or the step, per replica

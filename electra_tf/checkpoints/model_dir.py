@@ -23,7 +23,7 @@ from electra_tf import disk_full
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.pretraining import PretrainingModel
-from electra_tf.tokenization import load_vocab, special_ids
+from electra_tf.tokenization import continuation_ids, load_vocab, special_ids
 from electra_tf.checkpoints.original import read_checkpoint
 from electra_tf.checkpoints.report import GLOBAL_STEP, LoadReport, assign_weights, variable_name
 
@@ -57,7 +57,8 @@ def check_vocab(vocab_file, vocab_size: int) -> None:
 
 def build(config: PretrainingConfig, vocab_file) -> Built:
     """A PretrainingModel and its optimizer with all slots created (float32, no strategy)."""
-    model = PretrainingModel(config, **special_ids(load_vocab(vocab_file)))
+    vocab = load_vocab(vocab_file)
+    model = PretrainingModel(config, **special_ids(vocab), continuation_ids=continuation_ids(vocab))
     optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
                                  weight_decay_rate=config.weight_decay_rate,
                                  warmup_steps=config.num_warmup_steps,

@@ -24,6 +24,8 @@ Choices made here:
   for rows that do not, where the original would silently fail to mask position 0.
 - `random_token_fraction` (BERT's 10 %) draws uniformly from the whole vocab [0, vocab_size),
   special tokens included, as BERT's `create_pretraining_data` does.
+- Given `is_continuation`, whole words are drawn instead of tokens
+  (`objectives/whole_word_masking.py`, `PretrainingConfig.whole_word_masking`).
 
 All shapes are static: [B, L] sequences, [B, N] slots; no Python loop over the batch.
 """
@@ -35,6 +37,7 @@ from official.nlp.modeling.models.electra_pretrainer import scatter_update
 
 from electra_tf.errors import InputError
 from electra_tf.objectives.random_seeds import split_seed
+from electra_tf.objectives.whole_word_masking import draw_whole_words
 
 
 class MaskedLmInputs(NamedTuple):
@@ -107,7 +110,7 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, max_predictions_
                 mask_id: int, cls_id: int, sep_id: int, mask_prob: float = 0.15,
                 mask_token_fraction: float = 0.85, random_token_fraction: float = 0.0,
                 vocab_size: Optional[int] = None, with_replacement: bool = True,
-                seed: Optional[tf.Tensor] = None) -> MaskedLmInputs:
+                is_continuation: Optional[tf.Tensor] = None, seed: Optional[tf.Tensor] = None) -> MaskedLmInputs:
     """Select positions to predict and replace them: the generator's inputs and targets.
 
     Args:
@@ -122,6 +125,8 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, max_predictions_
       vocab_size: required when random_token_fraction > 0.
       with_replacement: draw positions with replacement like the original (duplicates possible);
         False draws distinct positions.
+      is_continuation: optional [B, L] bool, the tokens that continue a word ("##" pieces):
+        draw whole words (distinct positions, `with_replacement` aside) instead of tokens.
       seed: optional [2] int seed for the stateless draws; the same seed gives the same masks.
 
     Returns:
@@ -129,15 +134,18 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, max_predictions_
     """
     input_ids = tf.cast(input_ids, tf.int32)
     _check_args(max_predictions_per_seq, input_ids.shape[1], mask_prob, mask_token_fraction,
-                random_token_fraction, vocab_size, with_replacement)
+                random_token_fraction, vocab_size, with_replacement and is_continuation is None)
     position_seed, choice_seed, token_seed = tf.unstack(split_seed(seed, 3))
 
     candidates = candidate_mask(input_ids, input_mask, (cls_id, sep_id, mask_id))  # [B, L]
     count = num_to_predict(input_mask, candidates, mask_prob, max_predictions_per_seq)  # [B]
-    used = tf.sequence_mask(count, max_predictions_per_seq, dtype=tf.int32)  # [B, N]
-
-    positions = _draw_positions(candidates, max_predictions_per_seq, with_replacement,
-                                position_seed) * used  # [B, N], unused slots -> 0
+    if is_continuation is None:
+        used = tf.sequence_mask(count, max_predictions_per_seq, dtype=tf.int32)  # [B, N]
+        positions = _draw_positions(candidates, max_predictions_per_seq, with_replacement,
+                                    position_seed) * used  # [B, N], unused slots -> 0
+    else:
+        positions, used = draw_whole_words(candidates, tf.cast(is_continuation, tf.bool), count,
+                                           max_predictions_per_seq, position_seed)  # [B, N] each
     lm_ids = tf.gather(input_ids, positions, batch_dims=1) * used  # [B, N]
 
     # One uniform draw per slot decides [MASK] / random token / keep.

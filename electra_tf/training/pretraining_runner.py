@@ -36,7 +36,7 @@ from electra_tf.dir_lock import DirLock
 from electra_tf.errors import InputError
 from electra_tf.objectives import PretrainingMetrics
 from electra_tf.optimization import CLIP_NORM, create_optimizer, create_slots, current_learning_rate
-from electra_tf.tokenization import load_vocab, special_ids as vocab_special_ids
+from electra_tf.tokenization import continuation_ids, load_vocab, special_ids as vocab_special_ids
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import checkpointing, distribution, interruption
 from electra_tf.training.evaluation import Evaluator, check_eval_data, eval_summary, update_metrics
@@ -225,8 +225,10 @@ def _run_in_model_dir(config: PretrainingConfig, strategy, chief: bool, train_da
                       special_ids: Dict[str, int], stream, locate_damage) -> RunOutput:
     """`run` once the data is checked and (training) the model dir's lock is held."""
     model_dir = prepare_model_dir(config, chief)
+    # Only whole-word masking reads the vocab's "##" pieces (callers may pass ids of no vocab file).
+    pieces = continuation_ids(load_vocab(config.vocab_file)) if config.whole_word_masking else ()
     with strategy.scope():
-        model = PretrainingModel(config, **special_ids)
+        model = PretrainingModel(config, **special_ids, continuation_ids=pieces)
         optimizer = create_optimizer(config.learning_rate, config.num_train_steps,
                                      weight_decay_rate=config.weight_decay_rate,
                                      warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
