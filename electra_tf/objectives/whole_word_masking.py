@@ -10,8 +10,9 @@ pieces still fit in the row's `num_to_predict`, skipping (not stopping at) a wor
 fit. A row's count can therefore end below `num_to_predict`, by less than the length of every
 word it did not take, and long words are taken a little less often than their share (on packed
 Wikipedia rows of 128 tokens at 15 %: 8.8 % of the masked tokens are "##" pieces, 9.7 % of the
-candidates; `tests/test_whole_word_masking.py`). Positions are distinct (there is no with-replacement variant); which slots
-show [MASK], a random token or their own token is decided per slot afterwards, as BERT does.
+candidates; `tests/test_whole_word_masking.py`). Positions are distinct (there is no
+with-replacement variant); which slots show [MASK], a random token or their own token is decided
+per slot afterwards, as BERT does.
 
 All shapes are static: [B, L] sequences, [B, N] slots.
 """
