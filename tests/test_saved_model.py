@@ -140,6 +140,19 @@ def test_existing_output_needs_overwrite(exported, capsys):
     assert (source / "config.json").is_file() and list(source.glob("ckpt-*.index"))
 
 
+@pytest.mark.parametrize("objective", ["bert", "replace_mlm", "all_tokens_mlm"])
+def test_an_objective_without_a_replaced_token_head_is_refused(objective, tmp_path, vocab_file, capsys):
+    """Only electra and electra_15 train the head `replaced_probability` serves: replace_mlm's
+    is never trained, all_tokens_mlm's is its copy gate, bert has none. One error, nothing written."""
+    config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "objective": objective})
+    source = tmp_path / "models" / "m"
+    model_dir.save_built(model_dir.build(config, vocab_file), config, vocab_file, source)
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(source), "--output-dir",
+                                    str(tmp_path / "out")]) == 2
+    assert f"objective '{objective}' trains no replaced-token head to serve" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("export", [export_saved_model, export_finetuned])
 @pytest.mark.parametrize("precision", ["bfloat16", "mixed_float16"])
 def test_unsupported_precision_is_an_input_error_before_any_reading(export, precision, tmp_path):

@@ -112,8 +112,9 @@ def build_server(config, values, vocab_file, precision: str = "float32") -> tupl
     """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned, computing in
     `precision`."""
     check_precision(precision)
-    if not has_rtd_loss(config.objective) and "discriminator_predictions/dense/kernel" not in values:
-        raise InputError(f"objective {config.objective!r} has no replaced-token head to serve")
+    if not has_rtd_loss(config.objective):  # replace_mlm's head is untrained, all_tokens_mlm's a copy gate
+        raise InputError(f"objective {config.objective!r} trains no replaced-token head to serve; export it "
+                         "with to-hf (the MLM model), or fine-tune it and export that")
     disc = config.discriminator_config()
     with precision_scope(precision):  # the layers keep it; their variables are float32 either way
         encoder = build_encoder(disc)
