@@ -9,7 +9,6 @@ the shift is taken back out of the second's bias, so both compute the same logit
 (tests/test_benchmark_helpers.py checks the float32 fact and the logits).
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,6 @@ def write_hf_model(trial_dir: Path, out: Path, architecture: str, head_tensors, 
     """The trial's encoder and head (its dense layer's kernel and bias -> `head_tensors`) as an HF
     `architecture` dir, with the task's labels (`labels_of(task)`) as id2label; HF's token type 0
     is our `segment`."""
-    from safetensors.numpy import save_file
     from electra_tf.checkpoints import hf
     from electra_tf.checkpoints.report import variable_name
     from finetune.saved_model import load_finetuned
@@ -54,14 +52,9 @@ def write_hf_model(trial_dir: Path, out: Path, architecture: str, head_tensors, 
     types = tensors["electra.embeddings.token_type_embeddings.weight"].copy()
     types[0] = types[segment]
     tensors["electra.embeddings.token_type_embeddings.weight"] = types
-    out.mkdir(parents=True)
-    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(out / hf.WEIGHTS_FILE),
-              metadata={"format": "pt"})
     labels = labels_of(task)
     document = dict(hf.hf_config(encoder, architecture),
                     id2label={i: str(label) for i, label in enumerate(labels)},
                     label2id={str(label): i for i, label in enumerate(labels)})
-    (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
-    (out / "vocab.txt").write_bytes((trial_dir / "vocab.txt").read_bytes())
-    for name, content in hf.tokenizer_files(config.do_lower_case).items():
-        (out / name).write_text(json.dumps(content, indent=2) + "\n")
+    hf.write_network_dir(out, {k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, document,
+                         trial_dir / "vocab.txt", config.do_lower_case)

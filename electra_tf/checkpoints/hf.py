@@ -128,7 +128,7 @@ def hf_config(encoder: BertConfig, architecture: str, dtype: str = "float32") ->
             "dtype": dtype, "torch_dtype": dtype}
 
 
-def tokenizer_files(do_lower_case: bool) -> Dict[str, dict]:
+def _tokenizer_files(do_lower_case: bool) -> Dict[str, dict]:
     special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                "mask_token": "[MASK]"}
     return {"tokenizer_config.json": {"tokenizer_class": "ElectraTokenizer", "do_lower_case": do_lower_case,
@@ -137,11 +137,23 @@ def tokenizer_files(do_lower_case: bool) -> Dict[str, dict]:
             "special_tokens_map.json": special}
 
 
+def write_network_dir(out: Path, tensors: Dict[str, np.ndarray], document: dict, vocab_file,
+                      do_lower_case: bool) -> None:
+    """One HF network dir as `from_pretrained` reads it: the weights (safetensors, in their own
+    dtype), `document` as config.json, the vocab and the tokenizer's config."""
+    from safetensors.numpy import save_file
+    out.mkdir(parents=True)
+    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
+    for name, content in _tokenizer_files(do_lower_case).items():
+        (out / name).write_text(json.dumps(content, indent=2) + "\n")
+
+
 def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_file, directory,
               dtype: str = "float32") -> List[str]:
     """Writes `<directory>/{discriminator,generator}/` with weights in `dtype` (one of
     EXPORT_DTYPES); returns the roles written."""
-    from safetensors.numpy import save_file
     if dtype not in EXPORT_DTYPES:
         raise InputError(f"dtype {dtype!r}: HF exports are written in {' or '.join(EXPORT_DTYPES)}")
     networks = network_pairs(config)
@@ -154,11 +166,8 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
         if missing:
             raise InputError(f"cannot export the {role}: the weights lack {missing[0]} "
                              f"(and {len(missing) - 1} more)")
-        out = Path(directory) / role
-        out.mkdir(parents=True)
         tensors = {hf: np.ascontiguousarray(values[tf1].T if transposed else values[tf1], dtype)
                    for tf1, hf, transposed in pairs}
-        save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
         document = dict(hf_config(encoder, architecture, dtype), **{ROLE: role})
         if role == "discriminator":
             document[OBJECTIVE] = config.objective
@@ -166,10 +175,7 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
             document[OWN_EMBEDDINGS] = True
         if role == "generator" and "discriminator" in networks and not config.untied_generator:
             document[DISCRIMINATOR_ENCODER] = True
-        (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
-        (out / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
-        for name, content in tokenizer_files(config.do_lower_case).items():
-            (out / name).write_text(json.dumps(content, indent=2) + "\n")
+        write_network_dir(Path(directory) / role, tensors, document, vocab_file, config.do_lower_case)
     return list(networks)
 
 
