@@ -111,6 +111,19 @@ def test_bad_input_gives_one_clear_error(data_dir, capsys, values, message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+def test_whole_word_masking_without_wordpiece_pieces_is_refused_before_any_writing(data_dir, tmp_path, capsys):
+    """A vocab of the right size whose tokens never start with ## (another tokenizer's) cannot
+    tell words apart: one error naming the file, and no model dir."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join("xx" + line[2:] if line.startswith("##") else line
+                             for line in (data_dir / "vocab.txt").read_text(encoding="utf-8").splitlines(True)))
+    code, _, err = run(data_dir, "no_pieces", capsys, num_train_steps=5, vocab_file=str(vocab),
+                       whole_word_masking=True)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"vocab file {vocab} has no WordPiece continuations" in err
+    assert not (data_dir / "models" / "no_pieces").exists()
+
+
 def test_unwritable_model_dir(data_dir, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")

@@ -48,11 +48,15 @@ LOCK_FILE = ".lock"  # in the model dir while a run trains there (electra_tf.dir
 
 
 def special_ids(config: PretrainingConfig) -> Dict[str, int]:
-    """[CLS], [SEP] and [MASK] ids from the config's vocab, which must have `vocab_size` tokens."""
+    """[CLS], [SEP] and [MASK] ids from the config's vocab, which must have `vocab_size` tokens
+    (and, for `whole_word_masking`, WordPiece "##" pieces): checked before anything is written."""
     vocab = load_vocab(config.vocab_file)
     if len(vocab) != config.vocab_size:
         raise InputError(f"vocab file {config.vocab_file} has {len(vocab)} tokens but vocab_size is "
                          f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
+    if config.whole_word_masking and not continuation_ids(vocab):
+        raise InputError(f"vocab file {config.vocab_file} has no WordPiece continuations (tokens starting "
+                         "with ##), which whole_word_masking needs to tell words apart")
     return vocab_special_ids(vocab)
 
 
