@@ -162,12 +162,13 @@ def test_export_and_import_of_other_layouts(tmp_path, vocab_file, glue_batch, si
 
 
 @pytest.mark.parametrize("objective", ["replace_mlm", "all_tokens_mlm", "electra_15"])
-def test_export_and_import_of_the_ablations(tmp_path, vocab_file, glue_batch, objective):
+def test_export_and_import_of_the_ablations(tmp_path, vocab_file, glue_batch, objective, capsys):
     """A discriminator trained with an MLM head of its own exports as an ElectraForMaskedLM whose
     token logits equal that head's within 1e-5; its other head (unused by replace_mlm, the copy
     gate of all_tokens_mlm) rides along, and ElectraForPreTraining reads it with the same logits
     as ours. electra_15's discriminator is an ElectraForPreTraining, as electra's. from-hf gives
-    back the objective, which the shapes alone cannot tell, and every value."""
+    back the objective, which the shapes alone cannot tell, and every value; also after HF saved
+    the MLM discriminator again without its other head (then listed as missing)."""
     source, built, config = _write_model_dir(tmp_path, vocab_file, "tiny", seed=3, train_steps=2, batch=glue_batch,
                                              hparams={"objective": objective})
     out = tmp_path / "hf"
@@ -200,6 +201,19 @@ def test_export_and_import_of_the_ablations(tmp_path, vocab_file, glue_batch, ob
     values = model_dir.weights_of(built)
     for name in (v.name.split(":")[0] for v in built.model.variables):
         np.testing.assert_array_equal(back.values[name], values[name], err_msg=name)
+    if mlm_head is not None:  # saved again by HF's ElectraForMaskedLM, which drops the other head
+        resaved = tmp_path / "resaved"
+        transformers.ElectraForMaskedLM.from_pretrained(str(out / "discriminator")).save_pretrained(str(resaved))
+        (resaved / "vocab.txt").write_bytes((out / "discriminator" / "vocab.txt").read_bytes())
+        again = read_pretrained(resaved)
+        assert again.config.objective == objective
+        assert not [name for name in again.values if name.startswith("discriminator_predictions/")]
+        for name in (n for n in again.values if n.startswith(("electra/", "discriminator_mlm_predictions/"))):
+            np.testing.assert_array_equal(again.values[name], values[name], err_msg=name)
+        capsys.readouterr()
+        assert convert_checkpoint.main(["from-hf", "--hf-dir", str(resaved), "--output-dir",
+                                        str(tmp_path / "models" / "resaved")]) == 0
+        assert "\n  discriminator_predictions/* (4 variables)\n" in capsys.readouterr().out  # among the missing
     document[OBJECTIVE] = "bert"
     (out / "discriminator" / "config.json").write_text(json.dumps(document))
     with pytest.raises(InputError, match=r"discriminator/config.json: electra_tf_objective 'bert' is not an "

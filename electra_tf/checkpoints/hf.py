@@ -194,7 +194,7 @@ def _network_dir(path: Path) -> Optional[Tuple[str, Path]]:
         raise InputError(f"{config}: not valid JSON ({error})") from None
     if content.get("model_type") != "electra":
         return None
-    if content.get(ROLE) in ROLES:
+    if isinstance(content.get(ROLE), str) and content[ROLE] in ROLES:
         return content[ROLE], path
     architectures = content.get("architectures") or ["ElectraForPreTraining"]
     role = "generator" if architectures[0] in ("ElectraForMaskedLM", "ElectraForCausalLM") else "discriminator"
@@ -266,9 +266,10 @@ def _tensor(tensors: Dict[str, np.ndarray], key: str, role: str) -> np.ndarray:
 
 
 def _shape_names(tensors: Dict[str, np.ndarray], role: str, scope: str,
-                 table_scope: Optional[str]) -> Dict[str, np.ndarray]:
+                 table_scope: Optional[str], head: bool = True) -> Dict[str, np.ndarray]:
     """Just enough TF1 names for `infer_config`: the tables (when `table_scope`), each layer's
-    query and intermediate kernels, and the heads' telltale weights."""
+    query and intermediate kernels, and the head's telltale weight (when `head`; else only if
+    it is there)."""
     values = {}
     if table_scope:
         for table in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
@@ -279,9 +280,10 @@ def _shape_names(tensors: Dict[str, np.ndarray], role: str, scope: str,
         values[f"{tf1}/attention/self/query/kernel"] = tensors[f"{hf}.attention.self.query.weight"].T
         values[f"{tf1}/intermediate/dense/kernel"] = _tensor(tensors, f"{hf}.intermediate.dense.weight", role).T
         layer += 1
-    head = {"discriminator": ("discriminator_predictions.dense.weight", "discriminator_predictions/dense/kernel"),
-            "generator": ("generator_lm_head.bias", "generator_predictions/output_bias")}[role]
-    values[head[1]] = _tensor(tensors, head[0], role)
+    key, name = {"discriminator": ("discriminator_predictions.dense.weight", "discriminator_predictions/dense/kernel"),
+                 "generator": ("generator_lm_head.bias", "generator_predictions/output_bias")}[role]
+    if head or key in tensors:
+        values[name] = _tensor(tensors, key, role)
     return values
 
 
@@ -300,10 +302,14 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
     from electra_tf.checkpoints import PretrainedWeights
     dirs = network_dirs(path)
     tensors = {role: _load_tensors(directory) for role, directory in dirs.items()}
+    objective = _objective(dirs["discriminator"]) if "discriminator" in dirs else None
+    # An MLM discriminator's replaced-token head may be gone: HF's ElectraForMaskedLM drops it on saving.
+    mlm_discriminator = objective is not None and has_discriminator_mlm_head(objective)
     # Pass 1: the shapes, for the config.
     shapes: Dict[str, np.ndarray] = {}
     if "discriminator" in tensors:
-        shapes.update(_shape_names(tensors["discriminator"], "discriminator", "electra", "electra/embeddings"))
+        shapes.update(_shape_names(tensors["discriminator"], "discriminator", "electra", "electra/embeddings",
+                                   head=not mlm_discriminator))
     if "generator" in tensors:
         gen = tensors["generator"]
         if "discriminator" not in tensors:
@@ -317,7 +323,6 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
                 width = _tensor(gen, "electra.embeddings.word_embeddings.weight", "generator").shape[1]
                 own = flags.get(OWN_EMBEDDINGS) is True or width != shapes["electra/embeddings/word_embeddings"].shape[1]
                 shapes.update(_shape_names(gen, "generator", "generator", "generator/embeddings" if own else None))
-    objective = _objective(dirs["discriminator"]) if "discriminator" in dirs else None
     config = infer_config(shapes, model_name, data_dir or str(path), objective=objective)
     # Pass 2: every weight through the exact mapping of that config.
     values: Dict[str, np.ndarray] = {}
@@ -325,7 +330,9 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
     for role in ("discriminator", "generator"):
         if role in tensors:
             _check_hf_config(dirs[role], networks[role].encoder)
-            _to_tf1(tensors[role], networks[role].pairs, role, dirs[role], values)
+            pairs = [pair for pair in networks[role].pairs if pair[1] in tensors[role]
+                     or not (mlm_discriminator and pair[1].startswith("discriminator_predictions."))]
+            _to_tf1(tensors[role], pairs, role, dirs[role], values)
     directory = next(iter(dirs.values()))
     config = dataclasses.replace(config, do_lower_case=_lower_case(directory, config.do_lower_case))
     vocab = directory / "vocab.txt"

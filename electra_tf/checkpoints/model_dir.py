@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import PretrainingConfig, has_discriminator_mlm_head
 from electra_tf import disk_full
 from electra_tf.errors import InputError
 from electra_tf.optimization import create_optimizer, create_slots
@@ -34,6 +34,10 @@ VOCAB_FILE = "vocab.txt"
 # that is there must be complete.
 REQUIRED = ("electra/", "discriminator_predictions/")
 OPTIONAL = ("generator/", "generator_predictions/")
+# replace_mlm / all_tokens_mlm: their discriminator's MLM head instead; the replaced-token head
+# (unused, or the copy gate) is optional, as HF's ElectraForMaskedLM drops it when it saves.
+REQUIRED_WITH_MLM_HEAD = ("electra/", "discriminator_mlm_predictions/")
+OPTIONAL_WITH_MLM_HEAD = OPTIONAL + ("discriminator_predictions/",)
 
 
 class Built(NamedTuple):
@@ -203,7 +207,9 @@ def write_model_dir(values: Dict[str, np.ndarray], config: PretrainingConfig, vo
     absent start at zero, step absent is 0).
     """
     check_vocab(vocab_file, config.vocab_size)
-    required = REQUIRED + tuple(scope for scope in OPTIONAL if any(name.startswith(scope) for name in values))
+    scopes = (REQUIRED_WITH_MLM_HEAD, OPTIONAL_WITH_MLM_HEAD) if has_discriminator_mlm_head(config.objective) \
+        else (REQUIRED, OPTIONAL)
+    required = scopes[0] + tuple(scope for scope in scopes[1] if any(name.startswith(scope) for name in values))
     built = build(config, vocab_file)
     report = assign_weights(built.model.variables, values, required_prefix=required)
     slots = assign_weights(optimizer_variables(built.optimizer), values, required_prefix=None)

@@ -81,8 +81,9 @@ def _hidden_size(values, scope: str) -> int:
 
 def infer_config(values: Dict[str, np.ndarray], model_name: str, data_dir: str,
                  objective: Optional[str] = None) -> PretrainingConfig:
-    """The PretrainingConfig whose model has these weights' shapes, trained with `objective` when
-    the weights' source names one (shapes cannot tell electra from electra_15).
+    """The PretrainingConfig whose model has these weights' shapes, trained with `objective` (one
+    with a discriminator) when the weights' source names one: shapes cannot tell electra from
+    electra_15, and an MLM discriminator may have lost its replaced-token head.
 
     Sizes come from the tables and kernels: vocab and embedding width from the word table,
     H and L from the discriminator's layers, the generator's fraction of both from `generator/`,
@@ -95,7 +96,8 @@ def infer_config(values: Dict[str, np.ndarray], model_name: str, data_dir: str,
     hidden, layers = _hidden_size(values, "electra"), _layer_count(values, "electra")
     intermediate = int(values["electra/encoder/layer_0/intermediate/dense/kernel"].shape[1])
     has_generator_head = "generator_predictions/output_bias" in values
-    has_discriminator_head = "discriminator_predictions/dense/kernel" in values
+    # an objective named by the weights' source is one with a discriminator (its head may be gone)
+    has_discriminator_head = "discriminator_predictions/dense/kernel" in values or objective is not None
     gen_layers = _layer_count(values, "generator")
     hparams = dict(model_size="small", vocab_size=vocab_size, embedding_size=embedding_size,
                    max_seq_length=min(128, int(values["electra/embeddings/position_embeddings"].shape[0])))
