@@ -194,7 +194,7 @@ def _network_dir(path: Path) -> Optional[Tuple[str, Path]]:
         raise InputError(f"{config}: not valid JSON ({error})") from None
     if content.get("model_type") != "electra":
         return None
-    if isinstance(content.get(ROLE), str) and content[ROLE] in ROLES:
+    if content.get(ROLE) in tuple(ROLES):  # compared, not hashed: a key of any JSON type is just not a role
         return content[ROLE], path
     architectures = content.get("architectures") or ["ElectraForPreTraining"]
     role = "generator" if architectures[0] in ("ElectraForMaskedLM", "ElectraForCausalLM") else "discriminator"
