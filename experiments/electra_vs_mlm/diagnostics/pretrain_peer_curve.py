@@ -29,6 +29,10 @@ times a linear warm-up factor).
     .venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --objective electra --data-dir \
         /work/replication/data/learned_seq128 --ours /work/replication/models/s2_electra \
         --total-steps 4520 --warmup 271
+    # a full run across sessions (peer_run.py): rerun the same command to resume
+    .venv/bin/python experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py --objective electra --data-dir \
+        /work/replication/data/learned_seq128 --steps 4520 --total-steps 4520 --warmup 271 --init original \
+        --output-dir /work/replication/peer_electra
 
 Differences from our run that remain:
 - initialisation: HF draws every matrix from a normal of 0.02; ours, as the original, from one
@@ -48,6 +52,7 @@ Differences from our run that remain:
 
 import argparse
 import glob
+import json
 import math
 import re
 import sys
@@ -61,20 +66,27 @@ sys.path.insert(0, str(REPO))
 
 from electra_tf.cli import script_parser  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peer_run  # noqa: E402
+
 SLOTS, MASK_PROB, MASK_FRACTION = 19, 0.15, 0.85  # docs/fidelity.md#pretraining-config, docs/fidelity.md#masking
 BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01  # docs/fidelity.md#optimizer-and-schedule
 
 
-def read_batches(pattern: str, batch: int, seed: int):
-    """Yields dicts of int64 numpy arrays [batch, seq] from the TFRecords, shuffled, repeated."""
+def read_batches(pattern: str, batch: int, seed: int, skip: int = 0, held_out: bool = False):
+    """Yields dicts of int64 numpy arrays [batch, seq] from the TFRecords: shuffled and repeated, the
+    first `skip` batches left out (the same order as a run that took them: the shuffle's seed is
+    fixed); or, `held_out`, each record once in file order, the last batch short."""
     import tensorflow as tf
     files = sorted(glob.glob(pattern))
     if not files:
         raise SystemExit(f"no TFRecords match {pattern}")
     features = {name: tf.io.VarLenFeature(tf.int64) for name in ("input_ids", "input_mask", "segment_ids")}
-    dataset = (tf.data.TFRecordDataset(files).repeat().shuffle(10000, seed=seed)
-               .map(lambda record: {k: tf.sparse.to_dense(v) for k, v in tf.io.parse_single_example(
-                   record, features).items()}).batch(batch, drop_remainder=True))
+    dataset = tf.data.TFRecordDataset(files)
+    if not held_out:
+        dataset = dataset.repeat().shuffle(10000, seed=seed)
+    dataset = dataset.map(lambda record: {k: tf.sparse.to_dense(v) for k, v in tf.io.parse_single_example(
+        record, features).items()}).batch(batch, drop_remainder=not held_out).skip(skip)
     for example in dataset.as_numpy_iterator():
         yield example
 
@@ -275,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--init", choices=("hf", "original"), default="hf",
                         help="HF's initialisation, or the original's (original_init)")
     parser.add_argument("--seed", type=int, default=1, help="initialisation, order, masking and sampling seed")
+    parser.add_argument("--output-dir", default=None,
+                        help="save the run here every --checkpoint-every steps and resume from it; at the "
+                             "schedule's end (--steps = --total-steps) also its held-out metrics and its "
+                             "discriminator in HF's format (peer_run.py)")
+    parser.add_argument("--checkpoint-every", type=int, default=250, help="steps between saves (a multiple of --window)")
     return parser
 
 
@@ -302,8 +319,11 @@ def train_step(generator, discriminator, batch, vocab, rng, sampler, with_replac
     return loss, metrics, scored
 
 
-def main():
-    args = build_parser().parse_args()
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    output = Path(args.output_dir) if args.output_dir else None
+    if output and args.checkpoint_every % args.window:
+        raise SystemExit(f"--checkpoint-every {args.checkpoint_every} must be a multiple of --window {args.window}")
 
     import torch
     torch.manual_seed(args.seed)
@@ -316,12 +336,16 @@ def main():
     named = trainable(generator=generator, discriminator=discriminator)
     rng = np.random.default_rng(args.seed)
     state = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in named}
+    models = {"generator": generator, "discriminator": discriminator}
+    settings = peer_run.run_settings(args, len(vocab))
+    done, windows = peer_run.load_state(output, settings, models, state, rng, sampler) if output else (0, [])
     names, history, scored = METRICS[args.objective], [], []
     ours = our_windows(args.ours, args.window) if args.ours else {}
-    print(f"{'steps':>11} " + " ".join(f"{'peer ' + n:>24} {'ours':>8}" for n in names) + "   s/step")
+    print(f"{'steps':>11} " + " ".join(f"{'peer ' + n:>24} {'ours':>8}" for n in names) + "   s/step  ETA",
+          flush=True)
     started = time.time()
-    batches = read_batches(str(Path(args.data_dir) / "train" / "*.tfrecord*"), args.batch, args.seed)
-    for step in range(1, args.steps + 1):
+    batches = read_batches(str(Path(args.data_dir) / "train" / "*.tfrecord*"), args.batch, args.seed, skip=done)
+    for step in range(done + 1, args.steps + 1):
         loss, metrics, step_scored = train_step(generator, discriminator, next(batches), vocab, rng, sampler,
                                                 args.with_replacement)
         for _, p in named:
@@ -333,15 +357,40 @@ def main():
         if step_scored is not None:
             scored.append(step_scored)
         if step % args.window == 0:
-            peer = {n: np.mean([m[n] for m in history[-args.window:]]) for n in names if n != "disc_auc"}
+            peer = {n: float(np.mean([m[n] for m in history[-args.window:]])) for n in names if n != "disc_auc"}
             if scored:
                 logits, labels = (np.concatenate(part) for part in zip(*scored))
                 peer["disc_auc"] = roc_auc(logits, labels)
                 scored = []
+            windows.append({"step": step, **peer})
             theirs = ours.get(step, {})
+            per_step = (time.time() - started) / (step - done)
             print(f"{step - args.window + 1:>5}-{step:<5} " + " ".join(
                 f"{peer[n]:>24.4f} {theirs.get(n, math.nan):>8.4f}" for n in names)
-                + f"   {(time.time() - started) / step:.2f}", flush=True)
+                + f"   {per_step:.2f}  {(args.steps - step) * per_step / 3600:.1f} h", flush=True)
+        if output and (step % args.checkpoint_every == 0 or step == args.total_steps
+                       or (step == args.steps and step % args.window == 0)):  # windows stay whole
+            peer_run.save_state(output, step, settings, models, state, rng, sampler, windows)
+    if output and args.steps == args.total_steps and discriminator is not None:
+        finish(output, generator, discriminator, vocab, args)
+
+
+def finish(output: Path, generator, discriminator, vocab, args) -> None:
+    """At the schedule's end: the held-out metrics (dropout off, masking and sampling drawn afresh
+    from the seed) and the exported discriminator, each once."""
+    import torch
+    if not (output / peer_run.HELD_OUT).is_file():
+        generator.eval()
+        discriminator.eval()
+        rng, sampler = np.random.default_rng(args.seed), torch.Generator().manual_seed(args.seed)
+        batches = read_batches(str(Path(args.data_dir) / "eval" / "*.tfrecord*"), args.batch, args.seed,
+                               held_out=True)
+        metrics = peer_run.held_out(lambda batch: train_step(generator, discriminator, batch, vocab, rng, sampler,
+                                                             args.with_replacement), batches, roc_auc)
+        peer_run.write_held_out(output, {"step": args.total_steps, **metrics})
+        print(f"held out: {json.dumps(metrics)}", flush=True)
+    if not (output / peer_run.DISCRIMINATOR).is_dir():
+        print(f"discriminator: {peer_run.export_discriminator(discriminator, args.vocab_file, output)}", flush=True)
 
 
 if __name__ == "__main__":
