@@ -45,6 +45,14 @@ class PretrainingOutput(NamedTuple):
     # or its MLM loss for replace_mlm / all_tokens_mlm
 
 
+def build_network(config: PretrainingConfig) -> ElectraModel:
+    """The generator and discriminator that `config` describes, with their variables."""
+    return ElectraModel(config.discriminator_config(), config.generator_config(),
+                        untied_generator_embeddings=config.untied_generator_embeddings,
+                        untied_generator=config.untied_generator,
+                        layout="bert" if config.objective == "bert" else "electra")
+
+
 class PretrainingModel(tf_keras.Model):
     """Generator + discriminator (`ElectraModel`) with the objective of a `PretrainingConfig`."""
 
@@ -64,11 +72,7 @@ class PretrainingModel(tf_keras.Model):
             table[list(continuation_ids)] = True
             self.continuation_table = tf.constant(table)
         disc_config = config.discriminator_config()
-        self.network = ElectraModel(
-            disc_config, config.generator_config(),
-            untied_generator_embeddings=config.untied_generator_embeddings,
-            untied_generator=config.untied_generator,
-            layout="bert" if config.objective == "bert" else "electra")
+        self.network = build_network(config)
         self.discriminator_mlm_head = None
         if has_discriminator_mlm_head(config.objective):
             self.discriminator_mlm_head = MaskedLMHead(disc_config, self.network.embeddings,

@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ("build_vocab.py", "build_pretraining_dataset.py", "run_pretraining.py", "run_finetuning.py", "predict.py",
-           "convert_checkpoint.py", "demo.py", "benchmarks/data_build.py", "benchmarks/finetune_padding.py",
+           "convert_checkpoint.py", "fill_mask.py", "demo.py", "benchmarks/data_build.py", "benchmarks/finetune_padding.py",
            "benchmarks/pretrain_throughput.py", "benchmarks/finetune_throughput.py", "benchmarks/serving.py",
            "benchmarks/profile_step.py", "experiments/electra_vs_mlm/replicate_paper.py",
            "experiments/electra_vs_mlm/diagnostics/pretrain_peer_curve.py")
