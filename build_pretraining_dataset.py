@@ -6,7 +6,7 @@ Flags follow the original release's script; docs/data.md describes the record fo
 import argparse
 import sys
 
-from electra_tf.cli import add_casing_flags, exit_code, quiet_tensorflow_logs, script_parser, use_tf_keras_only
+from electra_tf.cli import add_casing_flags, exit_code, script_parser, start_tensorflow
 
 EXAMPLE = ("python build_pretraining_dataset.py --corpus-dir corpus/ --vocab-file data/vocab.txt "
            "--output-dir data/pretrain_tfrecords --eval-fraction 0.01")
@@ -45,8 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
+    start_tensorflow()
     from pretrain_data.build import BuildOptions, build_pretraining_dataset, invalid_utf8_summary
 
     def job():

@@ -8,7 +8,7 @@ See pretrain_data/vocab_learning.py and docs/data.md.
 import argparse
 import sys
 
-from electra_tf.cli import add_casing_flags, exit_code, quiet_tensorflow_logs, script_parser, use_tf_keras_only
+from electra_tf.cli import add_casing_flags, exit_code, script_parser, start_tensorflow
 
 EXAMPLE = "python build_vocab.py --corpus-dir corpus/ --output data/vocab.txt --vocab-size 30522"
 
@@ -43,8 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
+    start_tensorflow()
     from pretrain_data.vocab_learning import VocabOptions, build_vocab
     options = vars(args)
     corpus_dir = options.pop("corpus_dir")

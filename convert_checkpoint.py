@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import HelpFormatter, exit_code, quiet_tensorflow_logs, script_parser, use_tf_keras_only
+from electra_tf.cli import HelpFormatter, exit_code, script_parser, start_tensorflow
 from electra_tf.errors import InputError
 
 # One example per subcommand, shown by its --help (the first also by the top-level --help).
@@ -101,8 +101,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
+    start_tensorflow()
     from electra_tf.checkpoints import convert, saved_model
 
     def job():

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from electra_tf.cli import exit_code, quiet_tensorflow_logs, script_parser, use_pooled_cpu_allocator, use_tf_keras_only
+from electra_tf.cli import exit_code, script_parser, start_tensorflow
 from electra_tf.errors import InputError
 
 EXAMPLE = "python demo.py --output-dir demo_output --train-steps 600"
@@ -44,9 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
-    use_pooled_cpu_allocator()
+    start_tensorflow(pooled_allocator=True)
     from pretrain_data import inspection
     from pretrain_data.build import BuildOptions, build_pretraining_dataset
     from pretrain_data.default_corpus import write_default_corpus

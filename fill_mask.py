@@ -11,10 +11,9 @@ docs/pretraining.md.
 """
 
 import argparse
-import signal
 import sys
 
-from electra_tf.cli import exit_code, quiet_tensorflow_logs, script_parser, use_tf_keras_only
+from electra_tf.cli import exit_code, script_parser, start_tensorflow
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,9 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: no partial output is left
+    start_tensorflow(sigterm_unwinds=True)
     from electra_tf.fill_mask import fill_file
     return exit_code(lambda: print(f"{fill_file(args.model, args.input, args.output, args.top_k, args.overwrite)} "
                                    f"lines filled: {args.output}"))

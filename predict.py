@@ -18,10 +18,9 @@ mean-pooled encoder vectors. docs/finetuning.md.
 """
 
 import argparse
-import signal
 import sys
 
-from electra_tf.cli import exit_code, quiet_tensorflow_logs, script_parser, use_tf_keras_only
+from electra_tf.cli import exit_code, script_parser, start_tensorflow
 from finetune.predict_inputs import FORMATS
 
 
@@ -47,9 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: no partial output is left
+    start_tensorflow(sigterm_unwinds=True)
     from finetune.predicting import predict
     return exit_code(lambda: predict(args.model_dir, args.input, args.output, args.task, args.input_format,
                                      args.skip_empty, args.overwrite, args.embeddings, int8=args.int8))

@@ -14,7 +14,7 @@ files to DATA_DIR/models/NAME/results/glue_test/. Every hparam: docs/finetuning.
 import argparse
 import sys
 
-from electra_tf.cli import exit_code, quiet_tensorflow_logs, run_parser, use_pooled_cpu_allocator, use_tf_keras_only
+from electra_tf.cli import exit_code, run_parser, start_tensorflow
 
 EXAMPLE = ("python run_finetuning.py --data-dir data --model-name my_small "
            """--hparams '{"task_names": ["mrpc"], "num_trials": 3}'""")
@@ -27,9 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
-    use_pooled_cpu_allocator()
+    start_tensorflow(pooled_allocator=True)
     from finetune.config import FinetuningConfig
     from finetune.runner import run
     return exit_code(lambda: run(FinetuningConfig.from_hparams(args.model_name, args.data_dir, args.hparams)))

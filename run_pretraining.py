@@ -10,7 +10,7 @@ command resumes from the latest checkpoint. Every hparam: docs/pretraining.md.
 import argparse
 import sys
 
-from electra_tf.cli import exit_code, quiet_tensorflow_logs, run_parser, use_pooled_cpu_allocator, use_tf_keras_only
+from electra_tf.cli import exit_code, run_parser, start_tensorflow
 
 EXAMPLE = """python run_pretraining.py --data-dir data --model-name my_small --hparams '{"model_size": "small"}'"""
 
@@ -22,9 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    use_tf_keras_only()
-    quiet_tensorflow_logs()
-    use_pooled_cpu_allocator()
+    start_tensorflow(pooled_allocator=True)
     from electra_tf.config import PretrainingConfig
     from electra_tf.training import pretraining_runner
     from pretrain_data.input_pipeline import (check_pretraining_data, locate_damaged_training_data,

@@ -110,6 +110,19 @@ def quiet_tensorflow_logs() -> None:
         pass  # another build of TensorFlow: its Abseil lines stay
 
 
+def start_tensorflow(pooled_allocator: bool = False, sigterm_unwinds: bool = False) -> None:
+    """What a script does once its flags are parsed, in this order: tf_keras as `tf.keras`, quiet
+    logs (which imports TensorFlow), then optionally the pooled allocator (before anything is
+    allocated: the long jobs) and SIGTERM as `SystemExit(143)`, so that a job writing one output
+    file unwinds and leaves none half-written."""
+    use_tf_keras_only()
+    quiet_tensorflow_logs()
+    if pooled_allocator:
+        use_pooled_cpu_allocator()
+    if sigterm_unwinds:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def exit_code(job: Callable[[], None]) -> int:
     """Runs `job`: 0 when it ends, 2 on bad input (or a path it may not read or write), 1 when
     the loss diverged, another worker was lost (the last good checkpoint is kept), a write found
