@@ -11,7 +11,7 @@ for the same weights (tests/test_fill_mask.py).
 
 import json
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -43,15 +43,14 @@ class FillMask:
             raise InputError(f"{source}: no vocab.txt beside the weights")
         self.config = weights.config
         self.network = build_network(self.config)
-        network = self.network
-        assign_weights(network.generator.variables + network.generator_head.variables, weights.values)
+        assign_weights(self.network.generator.variables + self.network.generator_head.variables, weights.values)
         self.tokenizer = Tokenizer(weights.vocab_file, do_lower_case=self.config.do_lower_case)
 
-    def encode(self, texts: Sequence[str], where: Callable[[int], str] = lambda index: f"text {index + 1}"
-               ) -> List[List[int]]:
+    def encode(self, texts: Sequence[str], where: Optional[Callable[[int], str]] = None) -> List[List[int]]:
         """[CLS] pieces of each text, the mask id where it says [MASK], [SEP]; InputError, naming
-        `where(index)`, for a text with no [MASK] or longer than max_seq_length tokens (never cut:
-        a cut could drop a mask)."""
+        `where(index)` (default "text N"), for a text with no [MASK] or longer than max_seq_length
+        tokens (never cut: a cut could drop a mask)."""
+        where = where or (lambda index: f"text {index + 1}")
         rows = []
         for index, text in enumerate(texts):
             pieces = text.split(MASK)
@@ -67,18 +66,19 @@ class FillMask:
             rows.append(ids)
         return rows
 
-    def __call__(self, texts: Sequence[str], top_k: int = 5, where: Callable[[int], str] = None) -> List[List[dict]]:
+    def __call__(self, texts: Sequence[str], top_k: int = 5,
+                 where: Optional[Callable[[int], str]] = None) -> List[List[dict]]:
         if top_k < 1:
             raise InputError(f"top_k {top_k} must be at least 1")
-        rows = self.encode(texts, *([where] if where else []))
+        rows = self.encode(texts, where)
         length = max(map(len, rows))
         input_ids = np.full([len(rows), length], self.tokenizer.pad_id, np.int32)  # [B, L]
         input_mask = np.zeros([len(rows), length], np.int32)  # [B, L]
         for row, ids in enumerate(rows):
             input_ids[row, :len(ids)], input_mask[row, :len(ids)] = ids, 1
-        where = [np.flatnonzero(input_ids[row] == self.tokenizer.mask_id) for row in range(len(rows))]
-        positions = np.zeros([len(rows), max(map(len, where))], np.int32)  # [B, N]
-        for row, found in enumerate(where):
+        masked = [np.flatnonzero(input_ids[row] == self.tokenizer.mask_id) for row in range(len(rows))]
+        positions = np.zeros([len(rows), max(map(len, masked))], np.int32)  # [B, N]
+        for row, found in enumerate(masked):
             positions[row, :len(found)] = found
         logits = self.network.generator_logits(input_ids, input_mask, np.zeros_like(input_ids),
                                                positions=positions)  # [B, N, V]
@@ -89,7 +89,7 @@ class FillMask:
                     {"token_id": int(token), "token": vocab[token], "probability": float(score)}
                     for token, score in zip(ids[row, slot], scores[row, slot])]}
                  for slot, position in enumerate(found)]
-                for row, found in enumerate(where)]
+                for row, found in enumerate(masked)]
 
 
 def fill_file(source, input_path: str, output_path: str, top_k: int = 5, overwrite: bool = False,
