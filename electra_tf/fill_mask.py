@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic_files
@@ -21,10 +20,78 @@ from electra_tf.checkpoints import read_pretrained
 from electra_tf.checkpoints.report import assign_weights
 from electra_tf.errors import InputError
 from electra_tf.pretraining import build_network
-from electra_tf.tokenization import Tokenizer
+from electra_tf.tokenization import Tokenizer, framed
 
 MASK = "[MASK]"
 GENERATOR_HEAD = "generator_predictions/output_bias"  # present wherever a generator's MLM head is
+SIGNATURE = "fill_mask"  # the signature's name in a SavedModel (electra_tf.checkpoints.saved_model)
+
+
+def untrained_generator(config, values, initialised=frozenset()) -> Optional[str]:
+    """Why the weights `values` of a run with `config` have no trained generator to fill masks
+    with, or None when they have one. `initialised`: the names in `values` holding initial values
+    (`PretrainedWeights.initialised`)."""
+    if GENERATOR_HEAD not in values:
+        return "no generator (MLM head) to fill masks with; a discriminator alone ranks no tokens"
+    if GENERATOR_HEAD in initialised:
+        return ("its generator was never trained: it was imported from weights without one (a discriminator "
+                "alone), and has not been pretrained since")
+    if config.uniform_generator:
+        return ("trained with uniform_generator, so its generator's weights were never trained: there is "
+                "nothing to rank tokens with")
+    return None
+
+
+class FillMaskGraph(tf.Module):
+    """The generator on raw text, in one graph: `fill(text, top_k)` splits each text at the literal
+    [MASK], tokenizes the pieces, joins them with the mask id as `[CLS] tokens [SEP]` (cut to
+    max_seq_length) and ranks the vocab at each mask. Served as a SavedModel's `fill_mask`
+    signature, and what `FillMask` runs."""
+
+    def __init__(self, tokenizer: Tokenizer, network, max_seq_length: int):
+        super().__init__(name="fill_mask")
+        self.tokenizer, self.generator, self.generator_head = tokenizer, network.generator, network.generator_head
+        self.max_seq_length = max_seq_length
+        self.vocab = tf.constant(tokenizer.vocab)  # [V] the tokens, by id
+
+    def encode(self, text):
+        """text tf.string [B] -> (input_ids, input_mask) int32 [B, L] and lengths int32 [B], the
+        tokens with [CLS] and [SEP] before the cut to max_seq_length."""
+        pieces = tf.strings.split(text, sep=MASK)  # [B, (P)]: a text's parts between its masks
+        tokens = self.tokenizer.tokenize(pieces.flat_values)  # [P, (T)]
+        row = pieces.value_rowids()  # [P]
+        is_last = tf.range(tf.size(row, out_type=row.dtype)) == tf.gather(pieces.row_limits(), row) - 1  # [P]
+        mask = tf.RaggedTensor.from_row_lengths(  # [P, (0 or 1)]: the mask after every part but a text's last
+            tf.fill([tf.reduce_sum(tf.cast(~is_last, tf.int32))], tf.constant(self.tokenizer.mask_id, tokens.dtype)),
+            tf.cast(~is_last, row.dtype))
+        joined = tf.RaggedTensor.from_row_splits(tf.concat([tokens, mask], axis=1), pieces.row_splits)  # [B, (P), (T)]
+        joined = joined.merge_dims(1, 2)  # [B, (T)]
+        lengths = tf.cast(joined.row_lengths(), tf.int32) + 2
+        input_ids = framed(joined, self.max_seq_length, self.tokenizer.cls_id, self.tokenizer.sep_id,
+                           self.tokenizer.pad_id)
+        return input_ids, framed(tf.ones_like(joined), self.max_seq_length, 1, 1, 0), lengths
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text"),
+                                  tf.TensorSpec([], tf.int32, name="top_k")], autograph=False)
+    def fill(self, text, top_k):
+        """Returns input_ids, input_mask int32 [B, L]; lengths int32 [B]; mask_positions int32 [B, M]
+        (each mask's place in its row, -1 past a row's masks); and at each mask the top_k (at least
+        1) candidates: token_ids int32 [B, M, k] (-1 past the masks), tokens tf.string [B, M, k]
+        ("" there) and probabilities float32 [B, M, k] (0 there), the softmax over the whole vocab."""
+        input_ids, input_mask, lengths = self.encode(text)  # [B, L], [B, L], [B]
+        columns = tf.broadcast_to(tf.range(tf.shape(input_ids)[1]), tf.shape(input_ids))  # [B, L]
+        found = tf.ragged.boolean_mask(columns, tf.equal(input_ids, self.tokenizer.mask_id))  # [B, (M)]
+        positions, real = found.to_tensor(0), tf.ones_like(found, tf.bool).to_tensor(False)  # [B, M]
+        sequence = self.generator(input_ids, input_mask, tf.zeros_like(input_ids), training=False)  # [B, L, Hg]
+        logits = tf.cast(self.generator_head(sequence, positions), tf.float32)  # [B, M, V]
+        k = tf.clip_by_value(top_k, 1, self.tokenizer.vocab_size)
+        best = tf.math.top_k(tf.nn.softmax(logits), k=k)  # [B, M, k]
+        real_k = tf.broadcast_to(real[..., tf.newaxis], tf.shape(best.indices))  # [B, M, k]
+        return {"input_ids": input_ids, "input_mask": input_mask, "lengths": lengths,
+                "mask_positions": tf.where(real, positions, -1),
+                "token_ids": tf.where(real_k, best.indices, -1),
+                "tokens": tf.where(real_k, tf.gather(self.vocab, best.indices), ""),
+                "probabilities": tf.where(real_k, best.values, 0.0)}
 
 
 class FillMask:
@@ -33,63 +100,38 @@ class FillMask:
 
     def __init__(self, source):
         weights = read_pretrained(source)
-        if GENERATOR_HEAD not in weights.values:
-            raise InputError(f"{source}: no generator (MLM head) to fill masks with; a discriminator "
-                             "alone ranks no tokens")
-        if weights.config.uniform_generator:
-            raise InputError(f"{source}: trained with uniform_generator, so its generator's weights were never "
-                             "trained: there is nothing to rank tokens with")
+        refusal = untrained_generator(weights.config, weights.values, weights.initialised)
+        if refusal:
+            raise InputError(f"{source}: {refusal}")
         if weights.vocab_file is None:
             raise InputError(f"{source}: no vocab.txt beside the weights")
         self.config = weights.config
-        self.network = build_network(self.config)
-        assign_weights(self.network.generator.variables + self.network.generator_head.variables, weights.values)
+        network = build_network(self.config)
+        assign_weights(network.generator.variables + network.generator_head.variables, weights.values)
         self.tokenizer = Tokenizer(weights.vocab_file, do_lower_case=self.config.do_lower_case)
-
-    def encode(self, texts: Sequence[str], where: Optional[Callable[[int], str]] = None) -> List[List[int]]:
-        """[CLS] pieces of each text, the mask id where it says [MASK], [SEP]; InputError, naming
-        `where(index)` (default "text N"), for a text with no [MASK] or longer than max_seq_length
-        tokens (never cut: a cut could drop a mask)."""
-        where = where or (lambda index: f"text {index + 1}")
-        rows = []
-        for index, text in enumerate(texts):
-            pieces = text.split(MASK)
-            if len(pieces) == 1:
-                raise InputError(f"{where(index)}: no {MASK} in {text[:60]!r}")
-            ids = [self.tokenizer.cls_id]
-            for number, part in enumerate(self.tokenizer.tokenize(tf.constant(pieces)).to_list()):
-                ids += ([self.tokenizer.mask_id] if number else []) + part
-            ids.append(self.tokenizer.sep_id)
-            if len(ids) > self.config.max_seq_length:
-                raise InputError(f"{where(index)}: {len(ids)} tokens with [CLS] and [SEP], over "
-                                 f"max_seq_length {self.config.max_seq_length}")
-            rows.append(ids)
-        return rows
+        self.graph = FillMaskGraph(self.tokenizer, network, self.config.max_seq_length)
 
     def __call__(self, texts: Sequence[str], top_k: int = 5,
                  where: Optional[Callable[[int], str]] = None) -> List[List[dict]]:
+        """InputError, naming `where(index)` (default "text N"), for a text with no [MASK] or longer
+        than max_seq_length tokens (never cut here: a cut could drop a mask)."""
         if top_k < 1:
             raise InputError(f"top_k {top_k} must be at least 1")
-        rows = self.encode(texts, where)
-        length = max(map(len, rows))
-        input_ids = np.full([len(rows), length], self.tokenizer.pad_id, np.int32)  # [B, L]
-        input_mask = np.zeros([len(rows), length], np.int32)  # [B, L]
-        for row, ids in enumerate(rows):
-            input_ids[row, :len(ids)], input_mask[row, :len(ids)] = ids, 1
-        masked = [np.flatnonzero(input_ids[row] == self.tokenizer.mask_id) for row in range(len(rows))]
-        positions = np.zeros([len(rows), max(map(len, masked))], np.int32)  # [B, N]
-        for row, found in enumerate(masked):
-            positions[row, :len(found)] = found
-        logits = self.network.generator_logits(input_ids, input_mask, np.zeros_like(input_ids),
-                                               positions=positions)  # [B, N, V]
-        best = tf.math.top_k(tf.nn.softmax(tf.cast(logits, tf.float32)), k=min(top_k, self.tokenizer.vocab_size))
-        scores, ids = best.values.numpy(), best.indices.numpy()  # [B, N, k]
-        vocab = self.tokenizer.vocab
+        where = where or (lambda index: f"text {index + 1}")
+        out = {name: value.numpy() for name, value in self.graph.fill(tf.constant(list(texts), tf.string),
+                                                                      tf.constant(top_k, tf.int32)).items()}
+        for index, text in enumerate(texts):
+            if MASK not in text:
+                raise InputError(f"{where(index)}: no {MASK} in {text[:60]!r}")
+            if out["lengths"][index] > self.config.max_seq_length:
+                raise InputError(f"{where(index)}: {out['lengths'][index]} tokens with [CLS] and [SEP], over "
+                                 f"max_seq_length {self.config.max_seq_length}")
         return [[{"position": int(position), "candidates": [
-                    {"token_id": int(token), "token": vocab[token], "probability": float(score)}
-                    for token, score in zip(ids[row, slot], scores[row, slot])]}
-                 for slot, position in enumerate(found)]
-                for row, found in enumerate(masked)]
+                    {"token_id": int(token), "token": word.decode(), "probability": float(score)}
+                    for token, word, score in zip(out["token_ids"][row, slot], out["tokens"][row, slot],
+                                                  out["probabilities"][row, slot])]}
+                 for slot, position in enumerate(positions) if position >= 0]
+                for row, positions in enumerate(out["mask_positions"])]
 
 
 def fill_file(source, input_path: str, output_path: str, top_k: int = 5, overwrite: bool = False,

@@ -232,3 +232,12 @@ class Tokenizer(tf.Module):
     def convert_tokens_to_ids(self, tokens) -> list[int]:
         """Raises KeyError for a token not in the vocab, as the original."""
         return [self._token_to_id[token] for token in tokens]
+
+
+def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Tensor:
+    """tokens [B, (T)] (ids, or character offsets) -> [B, L]: cls t1 .. tn sep, cut to
+    max_seq_length, padded with `pad`: the layout of every served text."""
+    tokens = tokens[:, : max_seq_length - 2]
+    batch = tokens.nrows()
+    edge = lambda value: tf.fill(tf.stack([batch, 1]), tf.constant(value, tokens.dtype))  # noqa: E731
+    return tf.concat([edge(cls), tokens, edge(sep)], axis=1).to_tensor(pad)

@@ -101,3 +101,49 @@ def test_the_script_writes_a_line_per_text_and_bad_lines_name_the_file_and_line(
     long.write_text("[MASK] " + "word " * 600 + "\n")
     with pytest.raises(InputError, match=r"long\.txt: line 1: 603 tokens with \[CLS\] and \[SEP\], over max_seq_length"):
         fill_file(f"{REPLICATION_HF}/bert", str(long), str(tmp_path / "none.jsonl"))
+
+
+def test_the_saved_model_fills_masks_as_the_python_api(tmp_path, vocab_file, shared_data):
+    """A model dir's SavedModel has `fill_mask(text, top_k)`: on raw texts (one with two masks, one
+    with none) the same positions, tokens and probabilities as `FillMask` (within 1e-5: the served
+    encoder's Q/K/V are one matmul), padded with -1, "" and 0 past a text's masks; the generator
+    shares the discriminator's stored embedding tables. A model dir whose generator HF never had
+    (from a discriminator alone) gets no `fill_mask`, and FillMask refuses it."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (the graph's WordPiece op)
+    import convert_checkpoint
+    config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "small", "max_seq_length": 64})
+    built = model_dir.build(config, vocab_file)
+    randomize(built.model.variables, 5)
+    directory = tmp_path / "models" / "m"
+    model_dir.save_built(built, config, vocab_file, directory)
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(directory), "--output-dir",
+                                    str(tmp_path / "served")]) == 0
+    texts = masked_sentences(shared_data, 3) + ["[MASK] is the capital of [MASK] .", "no mask here ."]
+    served = tf.saved_model.load(str(tmp_path / "served")).signatures["fill_mask"](
+        text=tf.constant(texts), top_k=tf.constant(3))
+    served = {name: value.numpy() for name, value in served.items()}
+    assert served["mask_positions"].tolist()[3:] == [[1, 6], [-1, -1]]
+    assert (served["token_ids"][4] == -1).all() and (served["tokens"][4] == b"").all()
+    assert (served["probabilities"][4] == 0).all()
+    python = FillMask(directory)(texts[:4], top_k=3)
+    for row, masks in enumerate(python):
+        assert [mask["position"] for mask in masks] == [p for p in served["mask_positions"][row] if p >= 0]
+        for slot, mask in enumerate(masks):
+            candidates = mask["candidates"]
+            assert [c["token_id"] for c in candidates] == served["token_ids"][row, slot].tolist()
+            assert [c["token"].encode() for c in candidates] == served["tokens"][row, slot].tolist()
+            np.testing.assert_allclose([c["probability"] for c in candidates], served["probabilities"][row, slot],
+                                       atol=1e-5)
+    shapes = [shape for name, shape in tf.train.list_variables(str(tmp_path / "served" / "variables" / "variables"))
+              if name.endswith("VARIABLE_VALUE")]
+    vocab = config.vocab_size  # the word table once (shared), and the generator's MLM output bias
+    assert shapes.count([vocab, config.embedding_size]) == 1 and shapes.count([vocab]) == 1, shapes
+
+    from electra_tf.checkpoints.convert import from_hf
+    from_hf(f"{REPLICATION_HF}/electra", tmp_path / "disc_only")
+    assert convert_checkpoint.main(["saved-model", "--model-dir", str(tmp_path / "disc_only"), "--output-dir",
+                                    str(tmp_path / "disc_served")]) == 0
+    assert sorted(tf.saved_model.load(str(tmp_path / "disc_served")).signatures) == ["embed", "serving_default"]
+    with pytest.raises(InputError, match=r"disc_only: its generator was never trained"):
+        FillMask(tmp_path / "disc_only")

@@ -115,7 +115,7 @@ def test_fresh_process_gives_the_keras_models_outputs(exported, served, vocab_fi
 
 def test_the_projection_is_stored_once(exported):
     """The served graph reads each block's Q/K/V from the frozen [H, 3H] copy, and only it is saved:
-    the variables hold the encoder's weights once, not once more for the copy."""
+    the variables hold the encoders' weights once, not once more for the copy."""
     built, _, out = exported
     saved = dict(tf.train.list_variables(str(out / "variables" / "variables")))  # keyed by object path
     encoder = built.model.network.discriminator
@@ -125,9 +125,10 @@ def test_the_projection_is_stored_once(exported):
     # when a deterministic run earlier in the process enabled tf_keras's stateful generators)
     size = sum(np.prod(shape) for key, shape in saved.items()
                if key.endswith("VARIABLE_VALUE") and shape and "/_random_generator/" not in key)
-    discriminator = sum(np.prod(v.shape) for v in built.model.variables
-                        if v.name.startswith(("electra/", "discriminator_predictions/")))
-    assert size == discriminator
+    # the discriminator and, for `fill_mask`, the generator and its MLM head, the shared tables once
+    network = sum(np.prod(v.shape) for v in built.model.variables
+                  if v.name.startswith(("electra/", "discriminator_predictions/", "generator/", "generator_predictions/")))
+    assert size == network
 
 
 def test_existing_output_needs_overwrite(exported, capsys):

@@ -21,6 +21,7 @@ class PretrainedWeights(NamedTuple):
     values: Dict[str, np.ndarray]  # TF1 name (no ":0") → array; may include slots and global_step
     config: Optional[PretrainingConfig]  # the model these weights fit (read or inferred)
     vocab_file: Optional[str]  # the vocab beside the weights, when there is one
+    initialised: frozenset = frozenset()  # names in `values` holding initial values, never trained or imported
 
 
 def detect_format(source) -> str:
@@ -50,8 +51,10 @@ def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str
     path = Path(source)
     if kind == "model_dir":
         directory = path if path.is_dir() else path.parent
-        config, values = model_dir.read_model_dir(directory, None if path.is_dir() else str(path))
-        return PretrainedWeights(values, config, str(directory / model_dir.VOCAB_FILE))
+        prefix = model_dir.latest_checkpoint(directory) if path.is_dir() else str(path)
+        config, values = model_dir.read_model_dir(directory, prefix)
+        return PretrainedWeights(values, config, str(directory / model_dir.VOCAB_FILE),
+                                 model_dir.initialised_variables(directory, prefix))
     if kind == "hf":
         return hf.read_hf(path, model_name=model_name, data_dir=data_dir)
     values = original.read_original(path)

@@ -8,6 +8,7 @@ from it (`init_checkpoint`, or resuming in place) and fine-tuning starts from it
 """
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -29,6 +30,7 @@ from electra_tf.checkpoints.report import GLOBAL_STEP, LoadReport, assign_weight
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
+INITIALISED_FILE = "initialised.json"  # an import's variables that its source lacked: {"step", "variables"}
 # Variables a pretraining model must get from any source. The generator may be absent (e.g. an
 # HF discriminator download): it then starts as initialised, listed as missing; but a generator
 # that is there must be complete.
@@ -145,6 +147,17 @@ def read_model_dir(model_dir, prefix: Optional[str] = None):
     return config, weights_of(built, with_optimizer)
 
 
+def initialised_variables(model_dir, prefix: str) -> frozenset:
+    """TF1 names of the variables that checkpoint `prefix` of `model_dir` holds only as initialised:
+    those an import's source lacked (an HF discriminator alone has no generator), as long as the
+    checkpoint is the import's own; a later one (pretraining resumed from it) has trained them."""
+    path = Path(model_dir) / INITIALISED_FILE
+    if not path.is_file():
+        return frozenset()
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return frozenset(record["variables"]) if step_of(prefix) == record["step"] else frozenset()
+
+
 def has_optimizer_state(prefix: str) -> bool:
     """Whether a checkpoint holds an optimizer's state (not the model alone); also checks it reads."""
     return any(key.startswith("optimizer/") for key in read_checkpoint(prefix))
@@ -212,6 +225,7 @@ def write_model_dir(values: Dict[str, np.ndarray], config: PretrainingConfig, vo
     required = scopes[0] + tuple(scope for scope in scopes[1] if any(name.startswith(scope) for name in values))
     built = build(config, vocab_file)
     report = assign_weights(built.model.variables, values, required_prefix=required)
+    initialised = report.missing  # left as initialised (`initialised_variables`)
     slots = assign_weights(optimizer_variables(built.optimizer), values, required_prefix=None)
     step = int(values.get(GLOBAL_STEP, 0))
     built.optimizer.iterations.assign(step)
@@ -219,17 +233,21 @@ def write_model_dir(values: Dict[str, np.ndarray], config: PretrainingConfig, vo
     report = LoadReport(loaded=sorted(report.loaded + slots.loaded + sorted(used & {GLOBAL_STEP})),
                         missing=sorted(report.missing + slots.missing),
                         unused=sorted(set(values) - used))
-    save_built(built, config, vocab_file, output_dir, overwrite, source)
+    save_built(built, config, vocab_file, output_dir, overwrite, source, initialised)
     return report
 
 
 def save_built(built: Built, config: PretrainingConfig, vocab_file, output_dir, overwrite: bool = False,
-               source=None) -> str:
-    """Writes a built model and optimizer as a model dir; returns the checkpoint's path."""
+               source=None, initialised=()) -> str:
+    """Writes a built model and optimizer as a model dir; returns the checkpoint's path.
+    `initialised`: the variables no source gave a value (recorded in INITIALISED_FILE)."""
     step = int(built.optimizer.iterations.numpy())
     with staged_output(output_dir, overwrite, source) as staging:
         shutil.copyfile(vocab_file, staging / VOCAB_FILE)
         config.save(staging / CONFIG_FILE)
+        if initialised:
+            (staging / INITIALISED_FILE).write_text(json.dumps({"step": step, "variables": sorted(initialised)},
+                                                               indent=1) + "\n", encoding="utf-8")
         checkpoint = tf.train.Checkpoint(model=built.model, optimizer=built.tracked_optimizer)
         tf.train.CheckpointManager(checkpoint, str(staging), max_to_keep=None).save(checkpoint_number=step)
     return str(Path(output_dir) / f"ckpt-{step}")

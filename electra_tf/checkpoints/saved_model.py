@@ -6,7 +6,10 @@ Signature `serving_default(text: tf.string [B])` returns
     replaced_probability  float32 [B, L] sigmoid of the replaced-token logit; 0 on padding
 and `embed(text)` the encoder's vectors with each token's characters in the text
 (`embedding_outputs`; every fine-tuned model's SavedModel has it too), with L ≤ max_seq_length (longer texts are cut to max_seq_length - 2 tokens, as the original's
-fine-tuning featurizer). Loading it needs `import tensorflow_text` first (its WordPiece op).
+fine-tuning featurizer). A model with a trained generator adds `fill_mask(text, top_k)`: the
+generator's top_k tokens at each literal [MASK] of a text (`electra_tf.fill_mask.FillMaskGraph`,
+the graph `fill_mask.py` runs), sharing the stored embedding tables with the discriminator.
+Loading it needs `import tensorflow_text` first (its WordPiece op).
 
 `precision` "mixed_bfloat16" builds the served layers under tf_keras's mixed_bfloat16 policy: the
 graph's matmuls run in bfloat16 on float32 variables, its outputs stay float32. The loaded object's
@@ -20,12 +23,14 @@ import tensorflow as tf
 
 from electra_tf.config import UNSCALED_PRECISIONS, has_rtd_loss
 from electra_tf.errors import InputError
-from electra_tf.modeling import DiscriminatorHead, build_encoder, unpadded_rows
-from electra_tf.modeling.layer_utils import build_in_scope
+from electra_tf.fill_mask import SIGNATURE as FILL_MASK, FillMaskGraph, untrained_generator
+from electra_tf.modeling import unpadded_rows
+from electra_tf.pretraining import build_network
 from electra_tf.token_offsets import tokenize_with_offsets
-from electra_tf.tokenization import Tokenizer
+from electra_tf.tokenization import Tokenizer, framed
 from electra_tf.training.distribution import precision_scope
-from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, checkpoint_at, read_model_dir, staged_output
+from electra_tf.checkpoints.model_dir import (VOCAB_FILE, check_output, checkpoint_at, initialised_variables,
+                                             read_model_dir, staged_output)
 from electra_tf.checkpoints.report import LoadReport, assign_weights
 
 SIGNATURE = "serving_default"
@@ -48,15 +53,6 @@ def encode(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
     tokens = tokenizer.tokenize(text)  # [B, (T)]
     return (framed(tokens, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
             framed(tf.ones_like(tokens), max_seq_length, 1, 1, 0))
-
-
-def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Tensor:
-    """tokens [B, (T)] (ids, or character offsets) -> [B, L]: cls t1 .. tn sep, cut to
-    max_seq_length, padded with `pad` (`encode`'s layout)."""
-    tokens = tokens[:, : max_seq_length - 2]
-    batch = tokens.nrows()
-    edge = lambda value: tf.fill(tf.stack([batch, 1]), tf.constant(value, tokens.dtype))  # noqa: E731
-    return tf.concat([edge(cls), tokens, edge(sep)], axis=1).to_tensor(pad)
 
 
 def encode_with_offsets(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
@@ -87,11 +83,18 @@ def embedding_outputs(encoder, input_ids, input_mask, segment_ids, token_start, 
 class DiscriminatorServer(tf.Module):
     """Tokenizer + discriminator encoder + replaced-token head, served on raw strings."""
 
-    def __init__(self, tokenizer: Tokenizer, encoder, head, max_seq_length: int, precision: str = "float32"):
+    def __init__(self, tokenizer: Tokenizer, encoder, head, max_seq_length: int, precision: str = "float32",
+                 fill_mask: Optional[FillMaskGraph] = None):
         super().__init__(name="electra_discriminator")
         self.tokenizer, self.encoder, self.head = tokenizer, encoder, head
         self.max_seq_length = max_seq_length
         self.precision = precision_record(precision)
+        self.fill_mask = fill_mask  # the generator's graph, when the model has a trained one
+
+    def signatures(self) -> dict:
+        """The SavedModel's signatures by name."""
+        served = {SIGNATURE: self.serve, EMBED: self.embed}
+        return served if self.fill_mask is None else {**served, FILL_MASK: self.fill_mask.fill}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
@@ -108,22 +111,25 @@ class DiscriminatorServer(tf.Module):
         return embedding_outputs(self.encoder, input_ids, input_mask, tf.zeros_like(input_ids), start, end)
 
 
-def build_server(config, values, vocab_file, precision: str = "float32") -> tuple:
+def build_server(config, values, vocab_file, precision: str = "float32", initialised=frozenset()) -> tuple:
     """(DiscriminatorServer, LoadReport) with the discriminator's weights assigned, computing in
-    `precision`."""
+    `precision`; with the generator too (its `fill_mask`) when `values` hold a trained one
+    (`initialised`: the names in `values` holding initial values)."""
     check_precision(precision)
     if not has_rtd_loss(config.objective):  # replace_mlm's head is untrained, all_tokens_mlm's a copy gate
         raise InputError(f"objective {config.objective!r} trains no replaced-token head to serve; export it "
                          "with to-hf (the MLM model), or fine-tune it and export that")
-    disc = config.discriminator_config()
     with precision_scope(precision):  # the layers keep it; their variables are float32 either way
-        encoder = build_encoder(disc)
-        head = DiscriminatorHead(disc)
-        build_in_scope(head, None)
-    report = assign_weights(encoder.variables + head.variables, values, required_prefix="")
-    encoder.freeze_qkv()
+        network = build_network(config)  # [generator +] discriminator, the generator on the shared tables
+    served = untrained_generator(config, values, initialised) is None
+    variables = network.variables if served else network.discriminator.variables + network.discriminator_head.variables
+    report = assign_weights(variables, values, required_prefix="")
+    for encoder in (network.discriminator, network.generator):  # one object when the generator is untied=False
+        encoder.freeze_qkv()
     tokenizer = Tokenizer(vocab_file, do_lower_case=config.do_lower_case)
-    return DiscriminatorServer(tokenizer, encoder, head, config.max_seq_length, precision), report
+    fill_mask = FillMaskGraph(tokenizer, network, config.max_seq_length) if served else None
+    return DiscriminatorServer(tokenizer, network.discriminator, network.discriminator_head, config.max_seq_length,
+                               precision, fill_mask), report
 
 
 def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision: str = "float32",
@@ -132,8 +138,10 @@ def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision
     SavedModel computing in `precision` (float32 or mixed_bfloat16)."""
     check_precision(precision)  # before reading the checkpoint
     check_output(output_dir, overwrite)
-    config, values = read_model_dir(model_dir, checkpoint_at(model_dir, step))
-    server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision)
+    prefix = checkpoint_at(model_dir, step)
+    config, values = read_model_dir(model_dir, prefix)
+    server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision,
+                                  initialised_variables(model_dir, prefix))
     with staged_output(output_dir, overwrite, source=model_dir) as staging:
-        tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
+        tf.saved_model.save(server, str(staging), signatures=server.signatures())
     return report
