@@ -20,7 +20,7 @@ from electra_tf.checkpoints import read_pretrained
 from electra_tf.checkpoints.report import assign_weights
 from electra_tf.errors import InputError
 from electra_tf.pretraining import build_network
-from electra_tf.tokenization import Tokenizer, framed
+from electra_tf.tokenization import Tokenizer, framed_ids
 
 MASK = "[MASK]"
 GENERATOR_HEAD = "generator_predictions/output_bias"  # present wherever a generator's MLM head is
@@ -67,9 +67,7 @@ class FillMaskGraph(tf.Module):
         joined = tf.RaggedTensor.from_row_splits(tf.concat([tokens, mask], axis=1), pieces.row_splits)  # [B, (P), (T)]
         joined = joined.merge_dims(1, 2)  # [B, (T)]
         lengths = tf.cast(joined.row_lengths(), tf.int32) + 2
-        input_ids = framed(joined, self.max_seq_length, self.tokenizer.cls_id, self.tokenizer.sep_id,
-                           self.tokenizer.pad_id)
-        return input_ids, framed(tf.ones_like(joined), self.max_seq_length, 1, 1, 0), lengths
+        return (*framed_ids(self.tokenizer, joined, self.max_seq_length), lengths)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text"),
                                   tf.TensorSpec([], tf.int32, name="top_k")], autograph=False)
@@ -118,11 +116,12 @@ class FillMask:
         if top_k < 1:
             raise InputError(f"top_k {top_k} must be at least 1")
         where = where or (lambda index: f"text {index + 1}")
-        out = {name: value.numpy() for name, value in self.graph.fill(tf.constant(list(texts), tf.string),
-                                                                      tf.constant(top_k, tf.int32)).items()}
         for index, text in enumerate(texts):
             if MASK not in text:
                 raise InputError(f"{where(index)}: no {MASK} in {text[:60]!r}")
+        out = {name: value.numpy() for name, value in self.graph.fill(tf.constant(list(texts), tf.string),
+                                                                      tf.constant(top_k, tf.int32)).items()}
+        for index in range(len(texts)):
             if out["lengths"][index] > self.config.max_seq_length:
                 raise InputError(f"{where(index)}: {out['lengths'][index]} tokens with [CLS] and [SEP], over "
                                  f"max_seq_length {self.config.max_seq_length}")

@@ -241,3 +241,10 @@ def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Te
     batch = tokens.nrows()
     edge = lambda value: tf.fill(tf.stack([batch, 1]), tf.constant(value, tokens.dtype))  # noqa: E731
     return tf.concat([edge(cls), tokens, edge(sep)], axis=1).to_tensor(pad)
+
+
+def framed_ids(tokenizer: Tokenizer, ids: tf.RaggedTensor, max_seq_length: int):
+    """ids [B, (T)] -> (input_ids, input_mask) int32 [B, L]: `framed` with the tokenizer's
+    [CLS], [SEP] and padding, and the mask of those positions that are not padding."""
+    return (framed(ids, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
+            framed(tf.ones_like(ids), max_seq_length, 1, 1, 0))

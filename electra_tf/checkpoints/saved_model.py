@@ -27,7 +27,7 @@ from electra_tf.fill_mask import SIGNATURE as FILL_MASK, FillMaskGraph, untraine
 from electra_tf.modeling import unpadded_rows
 from electra_tf.pretraining import build_network
 from electra_tf.token_offsets import tokenize_with_offsets
-from electra_tf.tokenization import Tokenizer, framed
+from electra_tf.tokenization import Tokenizer, framed, framed_ids
 from electra_tf.training.distribution import precision_scope
 from electra_tf.checkpoints.model_dir import (VOCAB_FILE, check_output, checkpoint_at, initialised_variables,
                                              read_model_dir, staged_output)
@@ -50,18 +50,15 @@ def precision_record(precision: str) -> tf.Variable:
 
 def encode(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
     """text tf.string [B] → (input_ids, input_mask) int32 [B, L]: [CLS] t1 .. tn [SEP], padded."""
-    tokens = tokenizer.tokenize(text)  # [B, (T)]
-    return (framed(tokens, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
-            framed(tf.ones_like(tokens), max_seq_length, 1, 1, 0))
+    return framed_ids(tokenizer, tokenizer.tokenize(text), max_seq_length)  # tokens [B, (T)]
 
 
 def encode_with_offsets(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: int):
     """`encode`'s (input_ids, input_mask) and each token's [start, end) characters in its text
     (token_start, token_end int32 [B, L]; -1 on [CLS], [SEP] and padding)."""
     ids, start, end = tokenize_with_offsets(tokenizer, text)  # [B, (T)]: tokenize's ids
-    input_ids = framed(ids, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
-    input_mask = framed(tf.ones_like(ids), max_seq_length, 1, 1, 0)
-    return input_ids, input_mask, framed(start, max_seq_length, -1, -1, -1), framed(end, max_seq_length, -1, -1, -1)
+    return (*framed_ids(tokenizer, ids, max_seq_length),
+            framed(start, max_seq_length, -1, -1, -1), framed(end, max_seq_length, -1, -1, -1))
 
 
 def pooled(sequence, input_mask) -> dict:
