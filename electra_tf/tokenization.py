@@ -58,6 +58,8 @@ _WORD_CACHE_SIZE = 1 << 16  # words whose ids `Tokenizer.tokenize_batch` keeps (
 # Batches of up to this many lines take the Python path: one TensorFlow call costs about 1 ms more
 # but then 11 us a line against Python's 27 (SST-2 train, 2 cores), a crossover near 56 lines.
 _PYTHON_MAX_LINES = 48
+# A SentencePiece .vocab line: the piece, a tab and its log-probability (`<unk>\t0`, `▁the\t-3.1`).
+_SENTENCEPIECE_LINE = re.compile(r"^\S+\t-?\d+(\.\d+)?(e-?\d+)?$")
 
 
 def load_vocab(vocab_file) -> list[str]:
@@ -77,6 +79,10 @@ def load_vocab(vocab_file) -> list[str]:
     vocab = [line.strip() for line in lines]
     if not vocab:
         raise InputError(f"vocab file {path}: it is empty")
+    if _SENTENCEPIECE_LINE.match(vocab[0]):
+        raise InputError(f"vocab file {path}: line 1 is {vocab[0]!r}, a SentencePiece vocab's token and score; "
+                         "ELECTRA reads WordPiece vocabs (a token a line, [PAD] [UNK] [CLS] [SEP] [MASK] among "
+                         "them): learn one from your corpus with build_vocab.py")
     if vocab[0] != "[PAD]":
         raise InputError(f"vocab file {path}: line 1 (id 0) must be [PAD], found {vocab[0]!r}")
     missing = [token for token in SPECIAL_TOKENS[1:] if token not in vocab]

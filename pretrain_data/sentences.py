@@ -1,15 +1,28 @@
-"""A small rule-based English sentence splitter for paragraph-per-line corpora.
+"""A small rule-based sentence splitter for paragraph-per-line corpora, English and caseless scripts.
 
 The original packer was built for one sentence per line (maintainer, issue #43): it fills the
 first segment sentence by sentence and discards what overflows an example. WikiExtractor writes a
 whole paragraph per line, which would make most examples single-segment and throw away most of
-each paragraph, so paragraphs are split into sentences first. The rule: a break after `.`, `!` or
-`?` (plus closing quotes/brackets) followed by whitespace and an upper-case letter, digit or
-opening quote, unless the word before the period is a known abbreviation or a single letter
-(initials such as "J. R. R. Tolkien").
+each paragraph, so paragraphs are split into sentences first. A break comes after:
+
+- `.`, `!` or `?` (plus closing quotes/brackets) followed by whitespace and an upper-case ASCII
+  letter, digit or opening quote, unless the word before a period is a known abbreviation or a
+  single letter (initials such as "J. R. R. Tolkien"): the English rule; or with a letter of a
+  script without case (Unicode "Lo": Hangul, Arabic, Devanagari, Hebrew, ...) on both sides, with
+  the same exceptions: Korean, Arabic or Persian text ends its sentences with a Latin period;
+- `。`, `！`, `？` or `｡` (CJK full stops, runs such as `！？` kept together), whitespace or none,
+  before further text: Chinese and Japanese put no space between sentences. A closing quote or
+  bracket right after one (`。」`) ends the sentence only before whitespace or an opening quote;
+  otherwise the quote is inside a sentence (`「はい。」と言った。`);
+- the danda `।` / `॥` (Devanagari, Bengali), the Arabic question mark `؟` or the Urdu full stop
+  `۔` (plus closers), followed by whitespace.
+
+On English text the later rules add breaks only around CJK full stops and caseless letters:
+tests/test_sentences.py shows where, on the shared Wikipedia sample.
 """
 
 import re
+import unicodedata
 from typing import List
 
 _ABBREVIATIONS = frozenset(
@@ -17,8 +30,30 @@ _ABBREVIATIONS = frozenset(
     "vs etc inc ltd co corp bros no nos vol fig figs al approx ca cf ed eds est "
     "jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k e.g i.e a.m p.m".split()
 )
-# A candidate break: sentence-final punctuation, optional closers, whitespace, then a plausible start.
-_BREAK = re.compile(r"""([.!?]['")\]]*)\s+(?=["'(\[]?[A-Z0-9])""")
+_WIDE_CLOSERS = "」』）〕】》〉”’\"')"
+_WIDE_OPENERS = "「『（〔【《〈“‘"
+# A candidate break, one of three kinds (named groups); `start` is the first character after it,
+# an ASCII capital or digit or a non-ASCII letter (sorted out by `_starts_sentence`). The leading
+# lookahead lets the scan skip to a terminator (three times faster on English text).
+_BREAK = re.compile(
+    r"""(?=[.!?。！？｡।॥؟۔])(?:"""
+    r"""(?P<latin>[.!?]['")\]]*)\s+(?=["'(\[]?(?P<start>[A-Z0-9]|[^\W\d_A-Za-z]))"""
+    rf"""|(?P<wide>[。！？｡]+(?:(?![{_WIDE_CLOSERS}])|[{_WIDE_CLOSERS}]+(?=[\s{_WIDE_OPENERS}])))\s*(?=\S)"""
+    r"""|(?P<danda>[।॥؟۔]+['")\]”’]*)\s+(?=\S))""")
+
+
+def _starts_sentence(before: str, start: str) -> bool:
+    """Whether a Latin period (or ! ?) between the characters `before` and `start`, with whitespace
+    after it, can end a sentence: before an ASCII capital or digit, or within a caseless script."""
+    return "A" <= start <= "Z" or "0" <= start <= "9" or (
+        unicodedata.category(start) == "Lo" and unicodedata.category(before) == "Lo")
+
+
+def _ends_abbreviation(text_before: str) -> bool:
+    """Whether the word before a period is an abbreviation or a single letter (an initial)."""
+    words = text_before.rsplit(None, 1)
+    last_word = words[-1].lower() if words else ""
+    return len(last_word) <= 1 or last_word.strip("(\"'") in _ABBREVIATIONS
 
 
 def split_sentences(paragraph: str) -> List[str]:
@@ -26,13 +61,13 @@ def split_sentences(paragraph: str) -> List[str]:
     sentences = []
     start = 0
     for match in _BREAK.finditer(paragraph):
-        end = match.end(1)
-        if match.group(1).startswith("."):
-            words = paragraph[start:match.start(1)].rsplit(None, 1)
-            last_word = words[-1].lower() if words else ""
-            if len(last_word) <= 1 or last_word.strip("(\"'") in _ABBREVIATIONS:
+        kind = next(name for name in ("latin", "wide", "danda") if match.group(name) is not None)
+        if kind == "latin":
+            if not _starts_sentence(paragraph[match.start() - 1] if match.start() else " ", match.group("start")):
                 continue
-        sentences.append(paragraph[start:end])
+            if match.group("latin").startswith(".") and _ends_abbreviation(paragraph[start:match.start()]):
+                continue
+        sentences.append(paragraph[start:match.end(kind)])
         start = match.end()
     tail = paragraph[start:].strip()
     if tail:

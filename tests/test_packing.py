@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from pretrain_data.packing import ExampleBuilder, assemble
-from pretrain_data.sentences import split_sentences
 
 CLS, SEP = 101, 102
 TOKENS = np.arange(100000, dtype=np.int64)  # token id == its offset, so spans read as ids
@@ -114,19 +113,6 @@ def test_seeded_builders_are_reproducible():
 
     assert run("a") == run("a")
     assert run("a") != run("b")
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("It rained. Then it stopped.", ["It rained.", "Then it stopped."]),
-    ("Mr. Smith met J. R. R. Tolkien in the U.S. in 1950. He left.",
-     ["Mr. Smith met J. R. R. Tolkien in the U.S. in 1950.", "He left."]),
-    ('He said "Go!" Then he went. 3 days later (ok).',
-     ['He said "Go!"', "Then he went.", "3 days later (ok)."]),
-    ("no break here e.g. this one", ["no break here e.g. this one"]),
-    ("Born c. 1900. Died 1950.", ["Born c. 1900.", "Died 1950."]),
-])
-def test_sentence_splitter(text, expected):
-    assert split_sentences(text) == expected
 
 
 def test_empty_sentence_does_not_count_as_a_filled_first_segment():

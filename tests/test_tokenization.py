@@ -319,6 +319,9 @@ def test_small_vocab_matches_reference_with_repeated_token(tmp_path):
         (["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]"], "must be [PAD]"),
         (["[PAD]", "[UNK]", "[CLS]", "[MASK]"], "missing special token(s) [SEP]"),
         (["[PAD]", "[UNK]"], "missing special token(s) [CLS], [SEP], [MASK]"),
+        # A SentencePiece model's .vocab (google-research/electra #8: a Hindi one failed with a
+        # KeyError in the original).
+        (["<unk>\t0", "<s>\t0", "</s>\t0", "\u2581the\t-3.0845"], "a SentencePiece vocab's token and score"),
     ],
 )
 def test_bad_vocab_files_name_file_and_token(tmp_path, tokens, message):
