@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from electra_tf.cli import add_casing_flags, exit_code, script_parser, start_tensorflow
+from pretrain_data.sentences import SENTENCE_RULES
 
 EXAMPLE = ("python build_pretraining_dataset.py --corpus-dir corpus/ --vocab-file data/vocab.txt "
            "--output-dir data/pretrain_tfrecords --eval-fraction 0.01")
@@ -26,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="lines: one sentence per line; wikiextractor: <doc> ... </doc> articles")
     parser.add_argument("--split-sentences", action=argparse.BooleanOptionalAction, default=None,
                         help="split lines into sentences (default: on for wikiextractor, off for lines)")
+    parser.add_argument("--sentence-rules", choices=SENTENCE_RULES, default="all",
+                        help="all: English, CJK, danda and caseless-script breaks; english: the English rule "
+                             "alone, as builds before 2026-12-03 split (to rebuild such a dataset exactly)")
     parser.add_argument("--num-out-files", type=int, default=None,
                         help="training shards (default: one per ~4 MiB of text, at least --num-processes)")
     parser.add_argument("--eval-fraction", type=float, default=0.0,

@@ -14,6 +14,7 @@ those that killed builds left.
 """
 
 import dataclasses
+import functools
 import glob
 import io
 import json
@@ -37,7 +38,7 @@ from electra_tf.progress import Progress
 from pretrain_data import corpus as corpus_lib
 from pretrain_data.packing import ExampleBuilder, PackedExample, PackingStats, assemble
 from pretrain_data.records import EVAL_SUBDIR, STATS_FILE, file_sha256, serialize_examples, shard_name
-from pretrain_data.sentences import split_sentences
+from pretrain_data.sentences import SENTENCE_RULES, split_sentences
 from pretrain_data.stop_signals import end_with_parent, ignore_sigint, stopped_by_signals
 
 MIN_SEQ_LENGTH, MAX_SEQ_LENGTH = 8, 512
@@ -63,6 +64,7 @@ class BuildOptions:
     do_strip_accents: bool = True
     input_format: str = "lines"
     split_sentences: Optional[bool] = None  # None: on for wikiextractor, off for lines
+    sentence_rules: str = "all"  # pretrain_data.sentences.SENTENCE_RULES: "english" as built before 2026-12-03
     num_out_files: Optional[int] = None  # None: sized to the corpus
     eval_fraction: float = 0.0
     seed: int = 12345
@@ -105,7 +107,8 @@ def pack_file(corpus_file: corpus_lib.CorpusFile, options: BuildOptions, tokeniz
     """
     docs = corpus_lib.read_documents(
         corpus_file.path, options.input_format, options.blanks_separate_docs,
-        split_sentences if options.sentence_splitting else None, options.strict_utf8)
+        functools.partial(split_sentences, rules=options.sentence_rules) if options.sentence_splitting else None,
+        options.strict_utf8)
     result.lines_replaced += docs.lines_replaced
     if docs.lines_replaced:
         result.invalid_utf8[corpus_file.name] = docs.lines_replaced
@@ -224,6 +227,8 @@ def validate(options: BuildOptions) -> List[corpus_lib.CorpusFile]:
     if options.input_format not in corpus_lib.INPUT_FORMATS:
         raise InputError(f"--input-format {options.input_format!r}: expected one of "
                          f"{', '.join(corpus_lib.INPUT_FORMATS)}")
+    if options.sentence_rules not in SENTENCE_RULES:
+        raise InputError(f"--sentence-rules {options.sentence_rules!r}: expected one of {', '.join(SENTENCE_RULES)}")
     from electra_tf.tokenization import load_vocab
     load_vocab(options.vocab_file)
     output = Path(options.output_dir)
@@ -265,6 +270,7 @@ def _stats(options: BuildOptions, files, results: List[JobResult], num_out_files
         "vocab_file": str(options.vocab_file), "vocab_sha256": file_sha256(options.vocab_file),
         "do_lower_case": options.do_lower_case, "do_strip_accents": options.do_strip_accents,
         "input_format": options.input_format, "sentence_splitting": options.sentence_splitting,
+        "sentence_rules": options.sentence_rules,
         "seed": options.seed, "num_processes": options.num_processes,
         "files": len(files), "megabytes": round(megabytes, 3), "lines": total.lines,
         "invalid_utf8_lines_replaced": total.lines_replaced,

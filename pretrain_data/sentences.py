@@ -18,12 +18,16 @@ each paragraph, so paragraphs are split into sentences first. A break comes afte
   `۔` (plus closers), followed by whitespace.
 
 On English text the later rules add breaks only around CJK full stops and caseless letters:
-tests/test_sentences.py shows where, on the shared Wikipedia sample.
+tests/test_sentences.py shows where, on the shared Wikipedia sample. `rules="english"` keeps the
+English rule alone, as releases before 2026-12-03 split, so that a dataset built then can be
+built again example for example.
 """
 
 import re
 import unicodedata
 from typing import List
+
+SENTENCE_RULES = ("all", "english")  # every rule above; the English rule alone
 
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st mt ft gen col lt sgt capt gov rep sen rev hon "
@@ -56,12 +60,15 @@ def _ends_abbreviation(text_before: str) -> bool:
     return len(last_word) <= 1 or last_word.strip("(\"'") in _ABBREVIATIONS
 
 
-def split_sentences(paragraph: str) -> List[str]:
-    """Splits a paragraph into sentences; text without a break comes back as one sentence."""
+def split_sentences(paragraph: str, rules: str = "all") -> List[str]:
+    """Splits a paragraph into sentences by `rules` (one of SENTENCE_RULES); text without a break
+    comes back as one sentence."""
     sentences = []
     start = 0
     for match in _BREAK.finditer(paragraph):
         kind = next(name for name in ("latin", "wide", "danda") if match.group(name) is not None)
+        if rules == "english" and (kind != "latin" or not match.group("start").isascii()):
+            continue
         if kind == "latin":
             if not _starts_sentence(paragraph[match.start() - 1] if match.start() else " ", match.group("start")):
                 continue

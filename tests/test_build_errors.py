@@ -148,3 +148,22 @@ def test_invalid_utf8_is_replaced_and_counted(vocab_file, tmp_path):
     (corpus / "a.txt").write_bytes(b"Good line here.\nBad \xff\xfe bytes here.\nAnother good line.\n")
     stats = build_pretraining_dataset(options(corpus, vocab_file, tmp_path / "out"))
     assert stats["invalid_utf8_lines_replaced"] == 1 and stats["lines"] == 3
+
+
+def test_sentence_rules_are_checked_and_recorded(vocab_file, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "wiki_00").write_text('<doc id="1" url="u" title="Rain">\nRain\n'
+                                    "今天下雨了。我们在家看书。你呢？我在学校学习。\n</doc>\n", encoding="utf-8")
+    built = {rules: build_pretraining_dataset(options(corpus, vocab_file, tmp_path / rules, input_format="wikiextractor",
+                                                      max_seq_length=16, sentence_rules=rules))
+             for rules in ("all", "english")}
+    assert {rules: stats["sentence_rules"] for rules, stats in built.items()} == {"all": "all", "english": "english"}
+    # The English rule leaves the paragraph one sentence, cut at the first segment's end; the CJK
+    # full stops give four, packed into two-segment examples.
+    assert built["english"]["train"]["examples"] != built["all"]["train"]["examples"]
+    assert cli.parse_args(["--corpus-dir", "c", "--vocab-file", "v", "--output-dir", "o",
+                           "--sentence-rules", "english"]).sentence_rules == "english"
+    with pytest.raises(InputError, match=r"--sentence-rules 'latin': expected one of all, english"):
+        build_pretraining_dataset(options(corpus, vocab_file, tmp_path / "bad", sentence_rules="latin"))
+    assert not (tmp_path / "bad").exists()
