@@ -63,6 +63,8 @@ def _ends_abbreviation(text_before: str) -> bool:
 def split_sentences(paragraph: str, rules: str = "all") -> List[str]:
     """Splits a paragraph into sentences by `rules` (one of SENTENCE_RULES); text without a break
     comes back as one sentence."""
+    if rules not in SENTENCE_RULES:
+        raise ValueError(f"rules={rules!r}: expected one of {', '.join(SENTENCE_RULES)}")
     sentences = []
     start = 0
     for match in _BREAK.finditer(paragraph):

@@ -82,3 +82,9 @@ def test_the_english_rules_alone_split_as_builds_before_them(corpus_dir):
     assert (count, digest.hexdigest()) == (
         644588, "6b47903ffab288e193b0d325510f3390a56372f7fa233ed4edc4c0461a8fb431")
     assert split_sentences("今天下雨了。我们在家！", rules="english") == ["今天下雨了。我们在家！"]
+
+
+def test_unknown_rules_are_refused():
+    """A misspelt rule set is an error, not the "all" rules by default."""
+    with pytest.raises(ValueError, match=r"rules='English': expected one of all, english"):
+        split_sentences("It rained. Then it stopped.", rules="English")
