@@ -20,6 +20,7 @@ import dataclasses
 import os
 from typing import List, Optional
 
+from electra_tf.checkpoints import vocab_beside
 from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
@@ -175,9 +176,6 @@ class FinetuningConfig(HParams):
         check_user_tasks(self.tasks)
         self.task_names = [canonical_name(name, self.tasks) for name in self.task_names]
         pretrained = os.path.join(self.data_dir, "models", self.model_name)
-        if self.vocab_file is None:
-            own = os.path.join(pretrained, "vocab.txt")
-            self.vocab_file = own if os.path.exists(own) else os.path.join(self.data_dir, "vocab.txt")
         defaults = {"init_checkpoint": pretrained,
                     "raw_data_dir": os.path.join(self.data_dir, "finetuning_data"),
                     "finetuning_models_dir": os.path.join(pretrained, "finetuning_models"),
@@ -185,6 +183,8 @@ class FinetuningConfig(HParams):
         for name, value in defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        if self.vocab_file is None:  # the vocab the weights to start from were trained with (the model dir's by default)
+            self.vocab_file = vocab_beside(self.init_checkpoint) or os.path.join(self.data_dir, "vocab.txt")
         self._validate()
 
     @property

@@ -43,6 +43,16 @@ def detect_format(source) -> str:
     raise InputError(f"{source}: neither a model dir, an HF transformers dir nor a checkpoint")
 
 
+def vocab_beside(source) -> Optional[str]:
+    """The `vocab.txt` in a checkpoint's dir (the dir itself, or a `ckpt-N` prefix's parent) when
+    there is one: the vocab its weights were trained with."""
+    from electra_tf.checkpoints import model_dir
+    path = Path(source)
+    directory = path if path.is_dir() else path.parent if Path(f"{path}.index").is_file() else None
+    vocab = None if directory is None else directory / model_dir.VOCAB_FILE
+    return str(vocab) if vocab is not None and vocab.is_file() else None
+
+
 def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str] = None) -> PretrainedWeights:
     """Weights from a model dir (or one of its `ckpt-N` prefixes), an original TF1 checkpoint
     (dir or prefix; its size inferred from the shapes) or an HF transformers dir."""
@@ -59,10 +69,9 @@ def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str
         return hf.read_hf(path, model_name=model_name, data_dir=data_dir)
     values = original.read_original(path)
     directory = path if path.is_dir() else path.parent
-    vocab = directory / model_dir.VOCAB_FILE
     config = original.infer_config(values, model_name, data_dir or str(directory))
-    return PretrainedWeights(values, config, str(vocab) if vocab.is_file() else None)
+    return PretrainedWeights(values, config, vocab_beside(path))
 
 
-__all__ = ["PretrainedWeights", "LoadReport", "assign_weights", "read_pretrained", "detect_format",
+__all__ = ["PretrainedWeights", "LoadReport", "assign_weights", "read_pretrained", "detect_format", "vocab_beside",
            "variable_name"]
