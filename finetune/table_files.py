@@ -104,13 +104,15 @@ def _delimited_rows(path: Path, lines, layout: Layout, columns: Dict[str, Column
     header = next(records, None) if layout.header else None
     if layout.header and header is None:
         raise InputError(f"{path}: is empty (no header)")
-    width = len(header[1]) if header else None
+    width = (len(header[1]), "the header has") if header else None
     where = {field: _index(header[1] if header else [], column, path, field, layout.header, field in optional)
              for field, column in columns.items()}
     where = {field: index for field, index in where.items() if index is not None}
     for line, row in records:
-        if width is not None and len(row) != width:
-            raise InputError(f"{path}:{line}: {len(row)} fields, but the header has {width}")
+        if width is None:  # no header: every row as wide as the first (an unquoted delimiter shifts columns)
+            width = (len(row), f"line {line} has")
+        if len(row) != width[0]:
+            raise InputError(f"{path}:{line}: {len(row)} fields, but {width[1]} {width[0]}")
         cells = {}
         for field, index in where.items():
             if not -len(row) <= index < len(row):
@@ -185,7 +187,10 @@ def id_cell(value, path: Path, line: int) -> RowId:
 
 
 def text_cell(value, path: Path, line: int, field: str) -> str:
-    """A text cell: a non-empty string (JSON numbers are taken as their text)."""
+    """A text cell: a non-empty string (JSON numbers are taken as their text, but not JSON's NaN or
+    Infinity: what pandas writes for a missing value, which would become the text or label "nan")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{path}:{line}: the {field} is {value!r}, not text (a missing value?)")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value.strip():

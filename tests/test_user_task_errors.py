@@ -97,6 +97,17 @@ def vocab(tmp_path, vocab_file):
     ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl", "id": "id"},
      {"train.jsonl": '{"text": "a", "label": "x", "id": 1}\n{"text": "b", "label": "y", "id": NaN}\n'},
      r"t/train.jsonl:2: the id nan is not a finite number"),
+    # JSON's NaN (pandas' missing value) is no text and no label "nan"
+    ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": "x"}\n{"text": NaN, "label": "y"}\n'},
+     r"t/train.jsonl:2: the text \(column 'text'\) is nan, not text \(a missing value\?\)"),
+    ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": "x"}\n{"text": "b", "label": NaN}\n'},
+     r"t/train.jsonl:2: the label is nan, not text"),
+    # without a header every row is as wide as the first: an unquoted comma in a text is an error
+    ({**CSV, "header": False, "text": 0, "label": 1}, {"train.csv": "fine film,pos\ngreat, fun,pos\n",
+                                                        "dev.csv": "fine film,pos\n"},
+     r"t/train.csv:2: 3 fields, but line 1 has 2"),
 ])
 def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     with pytest.raises(InputError, match=message):
