@@ -55,16 +55,27 @@ def valid_tag(tag, prefixes: str = "BIES") -> bool:
     return isinstance(tag, str) and (tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in prefixes))
 
 
+def conll_fields(line: str) -> List[str]:
+    """A CoNLL line's fields: split at tabs if it has any (a word may then hold spaces: "New York"),
+    else at spaces; never at other whitespace, so a no-break space stays inside its word."""
+    line = line.strip(" \t\r")
+    if "\t" in line:
+        return [field.strip(" ") for field in line.split("\t")]
+    return [field for field in line.split(" ") if field]
+
+
 def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = -1,
                    prefixes: str = "BIES") -> List[Sentence]:
-    """The sentences of one CoNLL file, each word's tag taken from `tag_column` (an index; the last
-    by default). A line with fewer than two fields, or a tag that is not O or `<prefix>-<type>` for
-    one of `prefixes` (the scheme's: IOB1/IOB2 "BI", BIOES "BIES"), is an InputError."""
+    """The sentences of one CoNLL file (`conll_fields`), each word's tag taken from `tag_column`
+    (an index; the last by default). A line with fewer than two fields or another number of them
+    than the file's first word line (a tag left out would read the column before it), or a tag that
+    is not O or `<prefix>-<type>` for one of `prefixes` (the scheme's: IOB1/IOB2 "BI", BIOES
+    "BIES"), is an InputError."""
     path = Path(path)
     lines = read_text(path).split("\n")
-    sentences, current, first = [], [], 0
+    sentences, current, first, width = [], [], 0, None
     for number, line in enumerate(lines + [""], start=1):
-        fields = line.split()
+        fields = conll_fields(line)
         if not fields:
             if current:
                 words, tags = zip(*current)
@@ -77,6 +88,10 @@ def read_sentences(path, max_sentences: Optional[int] = None, tag_column: int = 
             continue
         if len(fields) < 2:
             raise InputError(f"{path}:{number}: expected `word ... tag`, found {line.strip()!r}")
+        if width is None:
+            width = (len(fields), number)
+        if len(fields) != width[0]:
+            raise InputError(f"{path}:{number}: {len(fields)} fields, but line {width[1]} has {width[0]}")
         if not -len(fields) <= tag_column < len(fields):
             raise InputError(f"{path}:{number}: {len(fields)} fields, no tag column {tag_column}")
         tag = fields[tag_column]

@@ -194,7 +194,7 @@ class TaggingTask(Task):
                 if line is not None:
                     yield None, TextSentence.of_words(line, line_words(text), text)
                 continue
-            fields = text.split()
+            fields = chunking.conll_fields(text)
             if fields and fields[0] != "-DOCSTART-":
                 words, first = words + [fields[0]], first or line
             elif not fields and words:

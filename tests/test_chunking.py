@@ -56,6 +56,17 @@ def test_bad_lines_are_input_errors(tmp_path):
         chunking.read_sentences(path)
     with pytest.raises(InputError, match="no test file"):
         chunking.read_split(tmp_path, "test")
+    path.write_text("Confidence NN B-NP\nin IN\n\n")  # a tag left out: its POS would be read as the tag
+    with pytest.raises(InputError, match=r"train.txt:2: 2 fields, but line 1 has 3"):
+        chunking.read_sentences(path)
+
+
+def test_tab_separated_words_keep_their_spaces_and_no_break_spaces_stay_inside_words(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("New York\tNNP\tB-NP\r\nis\tVBZ\tB-VP\r\n \t \n10\u00a0000 CD B-NP\nmen NNS I-NP\n", encoding="utf-8")
+    first, second = chunking.read_sentences(path)
+    assert (first.words, first.tags) == (("New York", "is"), ("B-NP", "B-VP"))
+    assert (second.words, second.tags) == (("10\u00a0000", "men"), ("B-NP", "I-NP"))
 
 
 def test_bioes_and_conlleval_chunks_by_hand():
