@@ -23,6 +23,7 @@ agree on well-formed tags; the gold tags become BIOES by conlleval's rules.
 """
 
 import dataclasses
+import re
 import unicodedata
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
@@ -56,11 +57,14 @@ def valid_tag(tag, prefixes: str = "BIES") -> bool:
 
 
 def conll_fields(line: str) -> List[str]:
-    """A CoNLL line's fields: split at tabs if it has any (a word may then hold spaces: "New York"),
-    else at spaces; never at other whitespace, so a no-break space stays inside its word."""
+    """A CoNLL line's fields: split at runs of tabs if it has any (a word may then hold spaces:
+    "New York"), else at spaces; never at other whitespace, so a no-break space inside a word stays
+    there. A line of whitespace alone is blank (no fields)."""
+    if not line.strip():
+        return []
     line = line.strip(" \t\r")
     if "\t" in line:
-        return [field.strip(" ") for field in line.split("\t")]
+        return [field.strip(" ") for field in re.split(r"\t+", line)]
     return [field for field in line.split(" ") if field]
 
 

@@ -184,7 +184,8 @@ class FinetuningConfig(HParams):
             if getattr(self, name) is None:
                 setattr(self, name, value)
         if self.vocab_file is None:  # the vocab the weights to start from were trained with (the model dir's by default)
-            self.vocab_file = vocab_beside(self.init_checkpoint) or os.path.join(self.data_dir, "vocab.txt")
+            self.vocab_file = (vocab_beside(self.init_checkpoint) or vocab_beside(pretrained)
+                               or os.path.join(self.data_dir, "vocab.txt"))
         self._validate()
 
     @property

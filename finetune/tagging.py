@@ -1,7 +1,8 @@
 """The `tagging` task type: a tag per word (named entities, chunks), the original's tagging head.
 
-Files: CoNLL columns (a word a line, its tag in `tag_column`, the last unless given; a blank line
-between sentences; `-DOCSTART-` skipped) or JSONL (`{"tokens": [...], "tags": [...]}`, the keys
+Files: CoNLL columns (a word a line, its tag in `tag_column`, the last unless given; columns split
+at tabs, or at spaces in a line without one: `chunking.conll_fields`; a blank line between
+sentences; `-DOCSTART-` skipped) or JSONL (`{"tokens": [...], "tags": [...]}`, the keys
 named by `text` and `label`). Tags are IOB1, IOB2 or BIOES (`scheme`) of any entity types; they
 become BIOES over the entities read by conlleval's rules, and the head predicts the BIOES tags of
 every split file (as the original's chunking task; an entity type train lacks is an error).

@@ -63,10 +63,12 @@ def test_bad_lines_are_input_errors(tmp_path):
 
 def test_tab_separated_words_keep_their_spaces_and_no_break_spaces_stay_inside_words(tmp_path):
     path = tmp_path / "train.txt"
-    path.write_text("New York\tNNP\tB-NP\r\nis\tVBZ\tB-VP\r\n \t \n10\u00a0000 CD B-NP\nmen NNS I-NP\n", encoding="utf-8")
-    first, second = chunking.read_sentences(path)
+    path.write_text("New York\tNNP\tB-NP\r\nis\t\tVBZ\tB-VP\r\n \t \n10\u00a0000 CD B-NP\nmen NNS I-NP\n\u00a0\n"
+                    "ok JJ B-ADJP\n", encoding="utf-8")  # tabs aligning columns; a line of a no-break space is blank
+    first, second, third = chunking.read_sentences(path)
     assert (first.words, first.tags) == (("New York", "is"), ("B-NP", "B-VP"))
     assert (second.words, second.tags) == (("10\u00a0000", "men"), ("B-NP", "I-NP"))
+    assert (third.words, third.tags) == (("ok",), ("B-ADJP",))
 
 
 def test_bioes_and_conlleval_chunks_by_hand():

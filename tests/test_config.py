@@ -362,8 +362,9 @@ def test_shipped_configs_give_the_paper_recipes(name, steps, lr, batch):
 
 
 def test_finetuning_reads_the_vocab_beside_the_weights_it_starts_from(tmp_path):
-    """vocab_file's default is the vocab.txt of init_checkpoint's dir (a model dir, an HF or TF1
-    dir, or a ckpt-N prefix's parent), else DATA_DIR/vocab.txt; an explicit vocab_file wins."""
+    """vocab_file's default is the vocab.txt of init_checkpoint's dir (a model dir, an HF dir or
+    the discriminator/ of an HF export, a TF1 dir, a ckpt-N prefix's parent), else the model dir's,
+    else DATA_DIR/vocab.txt; an explicit vocab_file wins."""
     from finetune.config import FinetuningConfig
 
     def vocab(directory):
@@ -371,17 +372,25 @@ def test_finetuning_reads_the_vocab_beside_the_weights_it_starts_from(tmp_path):
         (directory / "vocab.txt").write_text("[PAD]\n", encoding="utf-8")
         return str(directory / "vocab.txt")
 
-    def resolved(**hparams):
-        return FinetuningConfig.from_hparams("m", str(tmp_path), {"task_names": ["mrpc"], **hparams}).vocab_file
+    def resolved(name="m", **hparams):
+        return FinetuningConfig.from_hparams(name, str(tmp_path), {"task_names": ["mrpc"], **hparams}).vocab_file
 
     data_vocab = vocab(tmp_path)
     assert resolved() == data_vocab  # no model dir yet: DATA_DIR's, as the original
-    assert vocab(tmp_path / "models" / "m") == resolved()  # the default init_checkpoint's own
+    model_vocab = vocab(tmp_path / "models" / "m")
+    assert resolved() == model_vocab  # the default init_checkpoint's own
     hf_dir = tmp_path / "downloads" / "electra-small-hf"
     assert vocab(hf_dir) == resolved(init_checkpoint=str(hf_dir))  # not the model dir's, nor DATA_DIR's
     (hf_dir / "ckpt-3.index").write_bytes(b"")
     assert resolved(init_checkpoint=str(hf_dir / "ckpt-3")) == str(hf_dir / "vocab.txt")
-    bare = tmp_path / "bare"
+    export = tmp_path / "exported"  # convert_checkpoint.py to-hf: a dir per network, no vocab at the top
+    for role, architecture in (("generator", "ElectraForMaskedLM"), ("discriminator", "ElectraForPreTraining")):
+        (export / role).mkdir(parents=True)
+        (export / role / "config.json").write_text(json.dumps({"model_type": "electra", "architectures": [architecture]}))
+    export_vocab = vocab(export / "discriminator")
+    assert resolved(init_checkpoint=str(export)) == export_vocab
+    bare = tmp_path / "bare"  # no vocab beside the weights: the model dir's, then DATA_DIR's
     bare.mkdir()
-    assert resolved(init_checkpoint=str(bare)) == data_vocab
+    assert resolved(init_checkpoint=str(bare)) == model_vocab
+    assert resolved("other", init_checkpoint=str(bare)) == data_vocab
     assert resolved(init_checkpoint=str(hf_dir), vocab_file="/v/vocab.txt") == "/v/vocab.txt"

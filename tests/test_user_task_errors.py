@@ -187,3 +187,15 @@ def test_the_script_writes_nothing_on_bad_input(tmp_path, capsys):
     error = capsys.readouterr().err.strip()
     assert code == 2 and error.count("\n") == 0 and "dev.csv:4: label 'meh'" in error
     assert sorted(p.name for p in tmp_path.iterdir()) == ["finetuning_data", "vocab.txt"]
+
+
+def test_a_headerless_test_file_may_lack_the_label_column(tmp_path):
+    """Columns by index without a header: a test file of texts alone has no label column, which
+    test files may lack, as with a header."""
+    from finetune.table_files import Layout, read_rows
+    path = tmp_path / "test.csv"
+    path.write_text("fine film\ndull film\n", encoding="utf-8")
+    rows = read_rows(path, Layout("csv", header=False), {"text": 0, "label": 1}, optional=("label",))
+    assert rows == [(1, {"text": "fine film"}), (2, {"text": "dull film"})]
+    with pytest.raises(InputError, match=r"test.csv:1: 1 fields, no column 1 for the label"):
+        read_rows(path, Layout("csv", header=False), {"text": 0, "label": 1})

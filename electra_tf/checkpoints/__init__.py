@@ -44,13 +44,17 @@ def detect_format(source) -> str:
 
 
 def vocab_beside(source) -> Optional[str]:
-    """The `vocab.txt` in a checkpoint's dir (the dir itself, or a `ckpt-N` prefix's parent) when
-    there is one: the vocab its weights were trained with."""
-    from electra_tf.checkpoints import model_dir
+    """The `vocab.txt` in a checkpoint's dir (the dir itself, or a `ckpt-N` prefix's parent; an HF
+    export's discriminator/ or generator/ when its top has none) when there is one: the vocab its
+    weights were trained with."""
+    from electra_tf.checkpoints import hf, model_dir
     path = Path(source)
-    directory = path if path.is_dir() else path.parent if Path(f"{path}.index").is_file() else None
-    vocab = None if directory is None else directory / model_dir.VOCAB_FILE
-    return str(vocab) if vocab is not None and vocab.is_file() else None
+    if path.is_dir():
+        directories = [path, *hf.network_dirs(path).values()]
+    else:
+        directories = [path.parent] if Path(f"{path}.index").is_file() else []
+    vocabs = [directory / model_dir.VOCAB_FILE for directory in directories]
+    return next((str(vocab) for vocab in vocabs if vocab.is_file()), None)
 
 
 def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str] = None) -> PretrainedWeights:

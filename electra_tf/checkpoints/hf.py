@@ -299,7 +299,7 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
     discriminator's config.json names (OBJECTIVE), else "electra". A discriminator alone becomes
     the same with the generator left out; a generator alone, an MLM-only ("bert" objective) model.
     """
-    from electra_tf.checkpoints import PretrainedWeights
+    from electra_tf.checkpoints import PretrainedWeights, vocab_beside
     dirs = network_dirs(path)
     tensors = {role: _load_tensors(directory) for role, directory in dirs.items()}
     objective = _objective(dirs["discriminator"]) if "discriminator" in dirs else None
@@ -335,8 +335,7 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
             _to_tf1(tensors[role], pairs, role, dirs[role], values)
     directory = next(iter(dirs.values()))
     config = dataclasses.replace(config, do_lower_case=_lower_case(directory, config.do_lower_case))
-    vocab = directory / "vocab.txt"
-    return PretrainedWeights(values, config, str(vocab) if vocab.is_file() else None)
+    return PretrainedWeights(values, config, vocab_beside(path))
 
 
 def _objective(directory: Path) -> Optional[str]:
