@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="runs of each commit")
     parser.add_argument("--repo", type=Path, default=REPO, help="the git repository to clone")
     parser.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="linked beside each clone")
-    parser.add_argument("--workdir", type=Path, help="where the clones go (default: a temporary dir)")
+    parser.add_argument("--workdir", type=Path, help="keep the clones and JUnit files here (else in a temporary dir, removed)")
     parser.add_argument("--output", type=Path, help="also write the summary here as JSON")
     args = parser.parse_args(argv)
     if args.rounds < 1:
