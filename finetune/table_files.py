@@ -174,6 +174,12 @@ def blank_text(value) -> bool:
     return not str(value).strip()
 
 
+def non_finite(value) -> bool:
+    """Whether a cell is JSON's NaN or Infinity (`json.loads` reads them as floats; pandas writes NaN
+    for a missing value): a cell's value, not a type of ours, so tested as one."""
+    return isinstance(value, float) and not math.isfinite(value)
+
+
 RowId = Union[str, int, float, None]  # a row's id: text or a JSON number, as its file gave it
 
 
@@ -184,7 +190,7 @@ def id_cell(value, path: Path, line: int) -> RowId:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise InputError(f"{path}:{line}: the id {value!r} is {type(value).__name__}, not text or a number")
-    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN / Infinity: no JSON to write back
+    if non_finite(value):  # no JSON to write back
         raise InputError(f"{path}:{line}: the id {value!r} is not a finite number")
     return value
 
@@ -192,7 +198,7 @@ def id_cell(value, path: Path, line: int) -> RowId:
 def text_cell(value, path: Path, line: int, field: str) -> str:
     """A text cell: a non-empty string (JSON numbers are taken as their text, but not JSON's NaN or
     Infinity: what pandas writes for a missing value, which would become the text or label "nan")."""
-    if isinstance(value, float) and not math.isfinite(value):
+    if non_finite(value):
         raise InputError(f"{path}:{line}: the {field} is {value!r}, not text (a missing value?)")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
