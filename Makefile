@@ -19,11 +19,11 @@ demo: $(STAMP)
 	$(PY) demo.py --output-dir demo_output
 
 # --durations: the slowest tests in every run, to keep the suite under ~20 min on 2 cores.
-# Two pytest processes (one per core, at most two: each test's TensorFlow threads use both), a test
-# file each at a time, so a module's fixtures are built once: most of a test's time is tracing and
-# process start-up, which keep one core busy.
+# Two pytest processes (one per core, at most two), a test file each at a time, so a module's fixtures
+# are built once; tests/conftest.py gives each process its share of the cores' TensorFlow threads and
+# orders the files longest first, which --no-loadscope-reorder keeps (xdist would sort by test count).
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q --durations=15 -n auto --maxprocesses 2 --dist loadfile tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q --durations=15 -n auto --maxprocesses 2 --dist loadfile --no-loadscope-reorder tests
 
 clean:
 	rm -rf $(VENV) demo_output

@@ -10,6 +10,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # TensorFlow: no Keras 3 in the test processes, nor in the many fresh processes they start, which
 # inherit it (1.5-2 s of each one's start). test_tf_keras_only removes it where it tests the default.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# `make test` runs two pytest processes on CI's 2 cores. TensorFlow's default pool (and torch's) gives
+# each process one compute thread per core, so four spinning threads share two cores; one per
+# process's share of the cores ran a 41-test subset in 345 s instead of 457 (2026-12-03, AVX2 EPYC).
+# The processes the tests start inherit it; a lone pytest process (and xdist's controller, whose
+# environment the workers inherit) keeps the default, one per core.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _THREADS = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", _THREADS)
+    os.environ.setdefault("OMP_NUM_THREADS", _THREADS)
+
+# The files that take longest (a fresh clone's `make test`, 2026-12-03), started first so that
+# neither process is left alone with a long file at the end; the rest keep their order. The
+# Makefile's --no-loadscope-reorder makes pytest-xdist hand files out in this order.
+LONGEST_FIRST = ("test_replication_runs.py", "test_run_pretraining.py", "test_saved_model_squad.py",
+                 "test_saved_model_finetuned.py", "test_peer_run.py", "test_pretraining_workers.py",
+                 "test_faults.py", "test_full_disk.py", "test_fill_mask.py", "test_predict.py",
+                 "test_pretraining_objectives.py", "test_user_tasks.py", "test_finetuning_workers.py",
+                 "test_resume_and_workers.py", "test_checkpoint_hf.py")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -92,3 +110,9 @@ def pretraining_data_dir(corpus_dir, vocab_file, tmp_path_factory) -> Path:
                                            max_seq_length=64, input_format="wikiextractor",
                                            eval_fraction=0.1, quiet=True))
     return root
+
+
+def pytest_collection_modifyitems(items):
+    """LONGEST_FIRST's files first, in its order; a stable sort keeps each file's own test order."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
