@@ -81,7 +81,8 @@ def compare(repo: Path, baseline: str, candidate: str, rounds: int, shared: Path
             "ratio": median["candidate"] / median["baseline"]}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--baseline", default=BASELINE, help="the commit to measure against")
@@ -91,6 +92,11 @@ def main(argv=None) -> int:
     parser.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="linked beside each clone")
     parser.add_argument("--workdir", type=Path, help="keep the clones and JUnit files here (else in a temporary dir, removed)")
     parser.add_argument("--output", type=Path, help="also write the summary here as JSON")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
