@@ -75,7 +75,7 @@ def test_models_without_a_trained_generator_are_refused(tmp_path, vocab_file):
     """A discriminator alone has no MLM head; a uniform_generator run has one it never trained."""
     with pytest.raises(InputError, match=r"electra: no generator \(MLM head\) to fill masks with"):
         FillMask(f"{REPLICATION_HF}/electra")
-    config = PretrainingConfig.from_hparams("u", str(tmp_path), {"model_size": "small", "uniform_generator": True})
+    config = PretrainingConfig.from_hparams("u", str(tmp_path), {"model_size": "tiny", "uniform_generator": True})
     model_dir.save_built(model_dir.build(config, vocab_file), config, vocab_file, tmp_path / "u")
     with pytest.raises(InputError, match=r"u: trained with uniform_generator"):
         FillMask(tmp_path / "u")
@@ -112,7 +112,7 @@ def test_the_saved_model_fills_masks_as_the_python_api(tmp_path, vocab_file, sha
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (the graph's WordPiece op)
     import convert_checkpoint
-    config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "small", "max_seq_length": 64})
+    config = PretrainingConfig.from_hparams("m", str(tmp_path), {"model_size": "tiny", "max_seq_length": 64})
     built = model_dir.build(config, vocab_file)
     randomize(built.model.variables, 5)
     directory = tmp_path / "models" / "m"
