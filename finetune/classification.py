@@ -15,10 +15,11 @@ import tensorflow as tf
 from electra_tf.errors import InputError
 from finetune import scorers
 from finetune.heads import ClassificationHead
+from finetune.labels import label_positions, stable_labels
 from finetune.sentence_task import SentenceTask
 from finetune.servers import ClassifierServer
 from finetune.table_files import text_cell
-from finetune.task import EvalSplit, label_positions, stable_labels
+from finetune.task import EvalSplit
 from finetune.task_files import TaskFiles
 
 USER_METRICS = ("accuracy", "macro_f1", "mcc")

@@ -143,21 +143,3 @@ def text_offsets(tokenizer, texts: Sequence[str]) -> List[np.ndarray]:
     """Each text's tokens' [start, end) characters (int32 [T, 2]; `electra_tf.token_offsets`)."""
     _, starts, ends = tokenize_with_offsets(tokenizer, tf.constant(list(texts), tf.string))
     return [np.stack([s, e], -1).astype(np.int32).reshape(-1, 2) for s, e in zip(starts.to_list(), ends.to_list())]
-
-
-def stable_labels(values) -> Tuple[str, ...]:
-    """A label set in a stable order: numerically when every label is a finite number (labels of
-    equal value, "1" and "1.0", by their text), else as strings. A set's own order depends on the
-    process's hash seed, so ties must be broken by the text for the head to be the same each run."""
-    values = sorted(set(values))
-    try:
-        numbers = [float(value) for value in values]
-    except ValueError:
-        return tuple(values)
-    if not all(np.isfinite(numbers)):  # NaN compares false both ways: no order to sort by
-        return tuple(values)
-    return tuple(value for _, value in sorted(zip(numbers, values)))
-
-
-def label_positions(labels: Sequence[str]) -> Dict[str, int]:
-    return {label: i for i, label in enumerate(labels)}

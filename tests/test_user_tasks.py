@@ -251,7 +251,7 @@ def test_squad_mixes_with_a_classifier(tmp_path, shared_data, vocab_file):
 def test_label_order_is_the_same_whatever_the_hash_seed(tmp_path):
     """The head's label order: labels of equal value ("1", "1.0", "01") by their text, NaN or
     infinite ones as strings; a set's order alone changed with PYTHONHASHSEED between runs."""
-    script = ("from finetune.task import stable_labels; "
+    script = ("from finetune.labels import stable_labels; "
               "print(stable_labels(['1', '1.0', '01', '2', '0']), stable_labels(['nan', '1', '0', 'inf']))")
     repo = str(Path(__file__).resolve().parents[1])
     orders = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
