@@ -1,6 +1,7 @@
 """Shared test fixtures: the real data beside the checkout, and quiet TensorFlow logs."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,24 @@ LONGEST_FIRST = ("test_replication_runs.py", "test_run_pretraining.py", "test_sa
                  "test_resume_and_workers.py", "test_checkpoint_hf.py")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def tensorflow_switches_reset():
+    """Each test file leaves TensorFlow's process-wide switches off, as a process starts: a
+    deterministic run (electra_tf.training.distribution.set_determinism) turns on op determinism
+    and tf_keras's tf.random.Generator dropout for the whole process, which changed the dropout
+    masks, traces and saved variables of whichever file the same pytest worker ran next (a bf16
+    test failed so after test_full_disk.py). Module scope: set up before, torn down after, the
+    file's own module fixtures."""
+    yield
+    keras = sys.modules.get("tf_keras")
+    if keras is not None and keras.backend.experimental.is_tf_random_generator_enabled():
+        keras.backend.experimental.disable_tf_random_generator()
+    if "tensorflow" in sys.modules:
+        from tensorflow.python.framework import config  # the switch's off side is not in tf.config
+        if config.is_op_determinism_enabled():
+            config.disable_op_determinism()
 
 
 @pytest.fixture(scope="session")

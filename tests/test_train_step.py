@@ -244,20 +244,7 @@ def test_gradient_accumulation_equals_one_large_batch(k):
 
 
 
-@pytest.fixture
-def legacy_dropout():
-    """Dropout from the stateless random ops, whatever an earlier test in this process left: a
-    deterministic run (set_determinism) switches tf_keras to tf.random.Generator dropout process-wide,
-    whose state the model creates on its first call, a second trace that create_slots cannot avoid."""
-    experimental = tf_keras.backend.experimental
-    enabled = experimental.is_tf_random_generator_enabled()
-    experimental.disable_tf_random_generator()
-    yield
-    if enabled:
-        experimental.enable_tf_random_generator()
-
-
-def test_slots_created_up_front_mean_one_trace_and_the_same_losses(legacy_dropout):
+def test_slots_created_up_front_mean_one_trace_and_the_same_losses():
     """create_slots before the first call: the step is traced once, not twice (TensorFlow traces
     again once the first call has created the optimizer's variables), with the same losses."""
     traces, losses = {}, {}
