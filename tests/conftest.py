@@ -1,4 +1,5 @@
-"""Shared test fixtures: the real data beside the checkout, and quiet TensorFlow logs."""
+"""Shared test fixtures: the real data beside the checkout, quiet TensorFlow logs, and TensorFlow's
+process-wide switches reset after each test file."""
 
 import os
 import sys

@@ -243,7 +243,6 @@ def test_gradient_accumulation_equals_one_large_batch(k):
     assert seen[0].shape == (16 // k, 6)  # on_output sees each micro-batch
 
 
-
 def test_slots_created_up_front_mean_one_trace_and_the_same_losses():
     """create_slots before the first call: the step is traced once, not twice (TensorFlow traces
     again once the first call has created the optimizer's variables), with the same losses."""
