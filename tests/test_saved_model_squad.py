@@ -1,6 +1,7 @@
 """The SQuAD SavedModel (finetune.qa_server): reloaded in a fresh process that imports TensorFlow
 and tensorflow-text only, it gives the answers, spans and null odds of predict.py and of the run's
-own dev predictions, for SQuAD 2.0 and 1.1, on contexts long enough to be cut into windows.
+own dev predictions, on contexts long enough to be cut into windows (SQuAD 2.0; SQuAD 1.1's server,
+the same module without null odds, is called in this process without the save and reload).
 predict.py on SQuAD (answers in input order, spans, null odds, the first window's token offsets)
 is checked here too, on the same fine-tuned model."""
 
@@ -9,12 +10,14 @@ import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import convert_checkpoint
 import predict
 from electra_tf.tokenization import Tokenizer
 from finetune.config import FinetuningConfig
 from finetune.runner import run
+from finetune.saved_model import build_server
 from process_helpers import serve_signatures_in_fresh_process
 from test_token_offsets import assert_embed_offsets, expected_offsets
 
@@ -24,6 +27,12 @@ BASE = dict(model_size="tiny", random_init=True, train_batch_size=16, eval_batch
             max_query_length=24)
 FILES = {"squad": ("train-v2.0-subset-10articles.json", "dev-v2.0.json"),
          "squadv1": ("train-v1.1-subset-44articles.json", "dev-v1.1.json")}
+
+
+def as_arrays(outputs: dict) -> dict:
+    """A server's outputs as the fresh process saves them: numpy arrays, strings as str."""
+    return {name: value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
+            for name, value in outputs.items()}
 
 
 def dev_questions(path, count: int) -> list:
@@ -54,7 +63,7 @@ def trained(request, tmp_path_factory, shared_data, vocab_file):
     return task, config, root / "models/tiny/finetuning_models" / f"{task}_model_1", questions, answers, odds
 
 
-def test_fresh_process_answers_as_predict_and_the_run(trained, tmp_path):
+def test_the_server_answers_as_predict_and_the_run(trained, tmp_path):
     task, config, trial_dir, questions, answers, odds = trained
     (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
     assert predict.main(["--model-dir", str(trial_dir), "--input", str(tmp_path / "questions.jsonl"),
@@ -64,13 +73,18 @@ def test_fresh_process_answers_as_predict_and_the_run(trained, tmp_path):
     for row, question in zip(rows, questions):
         assert row["answer"] == answers[row["id"]]
         assert row["answer"] == "empty" or question["context"][row["start"]:row["end"]] == row["answer"]
-    assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
-                                    str(tmp_path / "served")]) == 0
     texts = {0: [q["question"] for q in questions], 1: [q["context"] for q in questions]}
     inputs = {"question": texts[0], "context": texts[1]}
-    outputs = serve_signatures_in_fresh_process(tmp_path / "served", {"serving_default": inputs, "embed": inputs},
-                                                tmp_path)  # one process loads the SavedModel for both
-    served, embedded = outputs["serving_default"], outputs["embed"]  # embed: each question's first window
+    if task == "squad":
+        assert convert_checkpoint.main(["saved-model", "--model-dir", str(trial_dir), "--output-dir",
+                                        str(tmp_path / "served")]) == 0
+        outputs = serve_signatures_in_fresh_process(tmp_path / "served", {"serving_default": inputs, "embed": inputs},
+                                                    tmp_path)  # one process loads the SavedModel for both
+        served, embedded = outputs["serving_default"], outputs["embed"]  # embed: each question's first window
+    else:  # SQuAD 1.1's server in this process: saving and reloading it are SQuAD 2.0's code, checked above
+        server = build_server(trial_dir)
+        served, embedded = (as_arrays(function(**{name: tf.constant(values) for name, values in inputs.items()}))
+                            for function in (server.serve, server.embed))
     assert served["answer"].tolist() == [row["answer"] for row in rows] == [answers[q["id"]] for q in questions]
     assert served["start"].tolist() == [row["start"] for row in rows]
     assert served["end"].tolist() == [row["end"] for row in rows]
