@@ -145,6 +145,13 @@ def serve_signatures_in_fresh_process(saved_model, calls: dict, work_dir: Path) 
     return {signature: dict(np.load(output)) for signature, output in outputs.items()}
 
 
+def served_arrays(outputs: dict) -> dict:
+    """A server's outputs ({name: tf.Tensor}) as FRESH_SERVE saves them: numpy arrays, strings as str
+    (the fresh process, which imports nothing of this project, does the same in its own lines)."""
+    return {name: value.numpy().astype(str) if value.dtype.name == "string" else value.numpy()
+            for name, value in outputs.items()}
+
+
 def serve_in_fresh_process(saved_model, inputs: dict, work_dir: Path, signature: str = "serving_default") -> dict:
     """The outputs ({name: array}) of a SavedModel's `signature` on `inputs` ({name: list}), computed
     in a new process that imports TensorFlow and tensorflow-text only (not this project)."""

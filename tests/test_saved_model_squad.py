@@ -18,7 +18,7 @@ from electra_tf.tokenization import Tokenizer
 from finetune.config import FinetuningConfig
 from finetune.runner import run
 from finetune.saved_model import build_server
-from process_helpers import serve_signatures_in_fresh_process
+from process_helpers import served_arrays, serve_signatures_in_fresh_process
 from test_token_offsets import assert_embed_offsets, expected_offsets
 
 QUESTIONS = 24
@@ -27,12 +27,6 @@ BASE = dict(model_size="tiny", random_init=True, train_batch_size=16, eval_batch
             max_query_length=24)
 FILES = {"squad": ("train-v2.0-subset-10articles.json", "dev-v2.0.json"),
          "squadv1": ("train-v1.1-subset-44articles.json", "dev-v1.1.json")}
-
-
-def as_arrays(outputs: dict) -> dict:
-    """A server's outputs as the fresh process saves them: numpy arrays, strings as str."""
-    return {name: value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
-            for name, value in outputs.items()}
 
 
 def dev_questions(path, count: int) -> list:
@@ -81,9 +75,9 @@ def test_the_server_answers_as_predict_and_the_run(trained, tmp_path):
         outputs = serve_signatures_in_fresh_process(tmp_path / "served", {"serving_default": inputs, "embed": inputs},
                                                     tmp_path)  # one process loads the SavedModel for both
         served, embedded = outputs["serving_default"], outputs["embed"]  # embed: each question's first window
-    else:  # SQuAD 1.1's server in this process: saving and reloading it are SQuAD 2.0's code, checked above
+    else:  # SQuAD 1.1's server in this process: saving and reloading it run the code SQuAD 2.0's case checks
         server = build_server(trial_dir)
-        served, embedded = (as_arrays(function(**{name: tf.constant(values) for name, values in inputs.items()}))
+        served, embedded = (served_arrays(function(**{name: tf.constant(values) for name, values in inputs.items()}))
                             for function in (server.serve, server.embed))
     assert served["answer"].tolist() == [row["answer"] for row in rows] == [answers[q["id"]] for q in questions]
     assert served["start"].tolist() == [row["start"] for row in rows]
