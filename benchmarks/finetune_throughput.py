@@ -31,6 +31,7 @@ ratio is its summed seconds over ours in the same rounds (min/median/max of the 
 `--quick`: batch 8, 1 warm-up and 2 timed steps on sst (a smoke run of the whole machinery).
 `--precision mixed_bfloat16`: tf_keras's mixed_bfloat16 policy for ours and Model Garden,
 torch.autocast(bfloat16) for HF; ours then runs TensorFlow's ops (the CPU kernels are float32 only).
+`--precision mixed_float16`: the same with float16 (ours with dynamic loss scaling, as run_finetuning.py).
 """
 
 import argparse
@@ -133,7 +134,8 @@ def build_hf(config, data, batches, precision):
                   **{("labels" if k == "label_ids" else k): torch.from_numpy(b[k]).long() for k in labels})
              for b in batches]
     model.train()
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16")
+    half = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(precision)
+    autocast = torch.autocast("cpu", dtype=half or torch.bfloat16, enabled=half is not None)
 
     def run(i):
         with autocast:
@@ -240,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (tracing)")
     parser.add_argument("--variants", default="ours,hf,hf_passive,mg",
                         help=f"comma-separated subset of {','.join(VARIANTS)}")
-    parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
+    parser.add_argument("--precision", choices=("float32", "mixed_bfloat16", "mixed_float16"), default="float32",
                         help="compute dtype of every variant")
     parser.add_argument("--quick", action="store_true", help="batch 8, 1 warm-up + 2 timed steps, sst only")
     parser.add_argument("--worker", choices=("gemm",) + VARIANTS, help=argparse.SUPPRESS)

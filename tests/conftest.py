@@ -36,12 +36,12 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 @pytest.fixture(autouse=True, scope="module")
 def tensorflow_switches_reset():
-    """Each test file leaves TensorFlow's process-wide switches off, as a process starts: a
+    """Each test file leaves TensorFlow's process-wide switches as a process starts: a
     deterministic run (electra_tf.training.distribution.set_determinism) turns on op determinism
     and tf_keras's tf.random.Generator dropout for the whole process, which changed the dropout
     masks, traces and saved variables of whichever file the same pytest worker ran next (a bf16
-    test failed so after test_full_disk.py). Module scope: set up before, torn down after, the
-    file's own module fixtures."""
+    test failed so after test_full_disk.py); float16 on CPU (set_precision) turns grappler's
+    remapper off. Module scope: set up before, torn down after, the file's own module fixtures."""
     yield
     keras = sys.modules.get("tf_keras")
     if keras is not None and keras.backend.experimental.is_tf_random_generator_enabled():
@@ -50,6 +50,9 @@ def tensorflow_switches_reset():
         from tensorflow.python.framework import config  # the switch's off side is not in tf.config
         if config.is_op_determinism_enabled():
             config.disable_op_determinism()
+        import tensorflow as tf
+        if "remapping" in tf.config.optimizer.get_experimental_options():
+            tf.config.optimizer.set_experimental_options({"remapping": None})  # None: TensorFlow's default
 
 
 @pytest.fixture(scope="session")

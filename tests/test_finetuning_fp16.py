@@ -1,11 +1,13 @@
 """Fine-tuning with `precision: "mixed_float16"`: float16 matmuls on float32 variables (asserted on
-the traced step, as the bfloat16 test does), dynamic loss scaling that is reported (progress line
+the traced step, as the bfloat16 test does), none of them run as oneDNN's fused matmul and bias
+(whose float16 kernel is the reference one), dynamic loss scaling that is reported (progress line
 and TensorBoard) and keeps the run finite, and a dev score that float32's seed spread cannot tell apart
 from float32's own."""
 
 import io
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,6 +53,40 @@ def test_fp16_step_multiplies_in_float16_on_float32_variables(data_dir):  # noqa
     assert len(matmuls) > 20 and float32_matmuls == {
         "finetuning_model/electra/embeddings/MatMul",
         "gradient_tape/finetuning_model/electra/embeddings/MatMul/MatMul"}, float32_matmuls
+
+
+def executed_op_types(run, trace_dir: Path) -> set:
+    """The op types that TensorFlow's profiler saw executed on the CPU while `run()` ran."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    tf.profiler.experimental.start(str(trace_dir))
+    try:
+        run()
+    finally:
+        tf.profiler.experimental.stop()
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(sorted(trace_dir.rglob("*.xplane.pb"))[-1].read_bytes())
+    return {plane.event_metadata[event.metadata_id].name.rsplit(":", 1)[-1]
+            for plane in space.planes if plane.name == "/host:CPU" for line in plane.lines for event in line.events}
+
+
+def test_fp16_matmuls_run_unfused_where_float32_ones_fuse_their_bias(data_dir, tmp_path):  # noqa: F811
+    """grappler fuses a matmul and its bias (oneDNN's inner product on x86); in float16 that kernel
+    is the reference one, 350x the plain matmul's time on an AVX512-FP16 Xeon, so a float16 trial on
+    CPU runs without the fusion (electra_tf.training.distribution.set_precision)."""
+    tf.config.optimizer.set_experimental_options({"remapping": None})  # as a process starts
+
+    def one_step(trial):
+        batch, step = trial.make_batch(trial.data.train, np.arange(16)), trial.compile_train_step(1)
+        return lambda: step(batch)
+
+    config = finetuning_config(data_dir, task_names=["mrpc"])
+    float32 = Trial(config, load_task_data(config, make_tokenizer(config)), 1, io.StringIO())
+    fused = {op for op in executed_op_types(one_step(float32), tmp_path / "float32") if "FusedMatMul" in op}
+    assert fused, "the float32 step fuses no matmul: this probe would not see a fusion"
+    float16 = fp16_trial(data_dir)
+    float16_ops = executed_op_types(one_step(float16), tmp_path / "float16")
+    matmuls = {op for op in float16_ops if op.endswith("MatMul")}  # oneDNN's: _MklMatMul
+    assert matmuls and not {op for op in matmuls if "Fused" in op}, matmuls
 
 
 def test_fp16_trial_stays_finite_and_reports_its_loss_scale(data_dir):  # noqa: F811

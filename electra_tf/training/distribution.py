@@ -122,8 +122,16 @@ def gather_rows(strategy: tf.distribute.Strategy, values):
 
 
 def set_precision(policy: str) -> None:
-    """float32, mixed_bfloat16 or mixed_float16 for every layer built afterwards."""
+    """float32, mixed_bfloat16 or mixed_float16 for every layer built afterwards.
+
+    mixed_float16 on a machine without GPUs also turns grappler's remapper off for every graph first
+    run afterwards in this process (`precision_scope` does not turn it back on: the layers it builds
+    run after it). The remapper fuses a float16 matmul and its bias into oneDNN's inner product,
+    whose float16 kernel is the reference one: 700 ms against 0.7 ms unfused for [1024, 128] x
+    [128, 384] on an AVX512-FP16 Xeon (benchmarks/RESULTS.md, "float16")."""
     tf_keras.mixed_precision.set_global_policy(policy)
+    if policy == "mixed_float16" and not tf.config.list_physical_devices("GPU"):
+        tf.config.optimizer.set_experimental_options({"remapping": False})
 
 
 def with_loss_scaling(optimizer, policy: str):
