@@ -10,6 +10,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.optimization import create_optimizer, create_slots
 from electra_tf.pretraining import PretrainingModel
 from electra_tf.training import make_train_step
+from electra_tf.training.distribution import set_precision
 from checkpoint_helpers import matmul_dtypes
 
 BATCH, SEQ, VOCAB = 8, 32, 120
@@ -173,9 +174,11 @@ def test_jit_compile_tracks_graph_step_on_electra(graph_run):
 
 @pytest.fixture
 def mixed_float16():
-    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    """The policy as run_pretraining.py sets it (on CPU, without grappler's remapper), float32 after."""
+    set_precision("mixed_float16")
     yield
     tf_keras.mixed_precision.set_global_policy("float32")
+    tf.config.optimizer.set_experimental_options({"remapping": None})  # TensorFlow's default
 
 
 def test_mixed_float16_with_dynamic_loss_scaling(mixed_float16):
