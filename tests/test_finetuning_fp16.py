@@ -71,8 +71,8 @@ def executed_op_types(run, trace_dir: Path) -> set:
 
 def test_fp16_matmuls_run_unfused_where_float32_ones_fuse_their_bias(data_dir, tmp_path):  # noqa: F811
     """grappler fuses a matmul and its bias (oneDNN's inner product on x86); in float16 that kernel
-    is the reference one, 350x the plain matmul's time on an AVX512-FP16 Xeon, so a float16 trial on
-    CPU runs without the fusion (electra_tf.training.distribution.set_precision)."""
+    is the reference one, 736 ms against the plain matmul's 0.73 ms for 1024x128 by 128x384 on an
+    AVX512-FP16 Xeon, so a float16 trial on CPU runs without the fusion (electra_tf.training.distribution.set_precision)."""
     tf.config.optimizer.set_experimental_options({"remapping": None})  # as a process starts
 
     def one_step(trial):
