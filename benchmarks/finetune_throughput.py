@@ -31,7 +31,8 @@ ratio is its summed seconds over ours in the same rounds (min/median/max of the 
 `--quick`: batch 8, 1 warm-up and 2 timed steps on sst (a smoke run of the whole machinery).
 `--precision mixed_bfloat16`: tf_keras's mixed_bfloat16 policy for ours and Model Garden,
 torch.autocast(bfloat16) for HF; ours then runs TensorFlow's ops (the CPU kernels are float32 only).
-`--precision mixed_float16`: the same with float16 (ours with dynamic loss scaling, as run_finetuning.py).
+`--precision mixed_float16`: the same with float16 (ours with dynamic loss scaling, as run_finetuning.py;
+Model Garden's step without loss scaling).
 """
 
 import argparse
@@ -134,8 +135,8 @@ def build_hf(config, data, batches, precision):
                   **{("labels" if k == "label_ids" else k): torch.from_numpy(b[k]).long() for k in labels})
              for b in batches]
     model.train()
-    half = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(precision)
-    autocast = torch.autocast("cpu", dtype=half or torch.bfloat16, enabled=half is not None)
+    half = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}
+    autocast = torch.autocast("cpu", dtype=half.get(precision, torch.bfloat16), enabled=precision in half)
 
     def run(i):
         with autocast:
@@ -152,7 +153,7 @@ def build_hf(config, data, batches, precision):
 
 def build_mg(config, data, batches, precision):
     import tensorflow as tf
-    import tf_keras
+    from electra_tf.training.distribution import set_precision
     shim_pkg_resources()
     from official.nlp.data.question_answering_dataloader import QADataConfig
     from official.nlp.tasks import question_answering, sentence_prediction
@@ -165,7 +166,7 @@ def build_mg(config, data, batches, precision):
         task = sentence_prediction.SentencePredictionTask(sentence_prediction.SentencePredictionConfig(
             model=sentence_prediction.ModelConfig(num_classes=2, encoder=encoder)))
         labels = {"label_ids": "label_ids"}
-    tf_keras.mixed_precision.set_global_policy(precision)
+    set_precision(precision)  # the policy (and for float16 on CPU, grappler's remapper off), as ours
     model, metrics = task.build_model(), task.build_metrics(training=True)
     total = recipe_steps(config, data)
     optimizer = mg_adamw(config.learning_rate, total, max(1, int(total * config.warmup_proportion)),

@@ -51,8 +51,7 @@ def tensorflow_switches_reset():
         if config.is_op_determinism_enabled():
             config.disable_op_determinism()
         import tensorflow as tf
-        if "remapping" in tf.config.optimizer.get_experimental_options():
-            tf.config.optimizer.set_experimental_options({"remapping": None})  # None: TensorFlow's default
+        tf.config.optimizer.set_experimental_options({"remapping": None})  # None: TensorFlow's default
 
 
 @pytest.fixture(scope="session")

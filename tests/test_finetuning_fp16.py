@@ -69,6 +69,8 @@ def executed_op_types(run, trace_dir: Path) -> set:
             for plane in space.planes if plane.name == "/host:CPU" for line in plane.lines for event in line.events}
 
 
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")),
+                    reason="with a GPU set_precision keeps the remapper: float16 fuses there by design")
 def test_fp16_matmuls_run_unfused_where_float32_ones_fuse_their_bias(data_dir, tmp_path):  # noqa: F811
     """grappler fuses a matmul and its bias (oneDNN's inner product on x86); in float16 that kernel
     is the reference one, 736 ms against the plain matmul's 0.73 ms for 1024x128 by 128x384 on an
