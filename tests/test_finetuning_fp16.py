@@ -22,6 +22,7 @@ from finetune.task_data import load_task_data, make_tokenizer
 from test_finetuning import data_dir, finetuning_config  # noqa: F401 (data_dir is a fixture)
 from test_finetuning_tensorboard import read_scalars
 from checkpoint_helpers import matmul_dtypes
+from benchmarks.profile_step import op_times
 
 INITIAL_SCALE = 2.0 ** 15  # tf_keras's dynamic loss scale starts here and halves at each overflowing step
 # chunking from random weights learns within a few dozen steps (MRPC and SST-2 at this size stay at
@@ -56,17 +57,13 @@ def test_fp16_step_multiplies_in_float16_on_float32_variables(data_dir):  # noqa
 
 
 def executed_op_types(run, trace_dir: Path) -> set:
-    """The op types that TensorFlow's profiler saw executed on the CPU while `run()` ran."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    """The op types that TensorFlow's profiler saw on its compute threads while `run()` ran."""
     tf.profiler.experimental.start(str(trace_dir))
     try:
         run()
     finally:
         tf.profiler.experimental.stop()
-    space = xplane_pb2.XSpace()
-    space.ParseFromString(sorted(trace_dir.rglob("*.xplane.pb"))[-1].read_bytes())
-    return {plane.event_metadata[event.metadata_id].name.rsplit(":", 1)[-1]
-            for plane in space.planes if plane.name == "/host:CPU" for line in plane.lines for event in line.events}
+    return set(op_times(str(trace_dir), steps=1)[0])
 
 
 @pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")),
