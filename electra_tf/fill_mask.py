@@ -19,8 +19,9 @@ from electra_tf import atomic_files
 from electra_tf.checkpoints import read_pretrained
 from electra_tf.checkpoints.report import assign_weights
 from electra_tf.errors import InputError
+from electra_tf.framing import framed_ids
 from electra_tf.pretraining import build_network
-from electra_tf.tokenization import Tokenizer, framed_ids
+from electra_tf.tokenization import Tokenizer
 
 MASK = "[MASK]"
 GENERATOR_HEAD = "generator_predictions/output_bias"  # present wherever a generator's MLM head is

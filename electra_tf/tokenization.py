@@ -117,6 +117,10 @@ class Tokenizer(tf.Module):
     resource of this module).
     """
 
+    # tf.Module's `variables` and `submodules` (which a SavedModel's save reads of every module holding
+    # this one) would walk the 30k vocab strings each time: ~2 s of a discriminator export.
+    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"vocab", "_token_to_id"}
+
     def __init__(self, vocab_file, do_lower_case=True, strip_accents=True):
         super().__init__(name="tokenizer")
         # A tuple of strings and a read-only mapping: tf.Module would wrap a list or dict for
@@ -239,18 +243,3 @@ class Tokenizer(tf.Module):
         """Raises KeyError for a token not in the vocab, as the original."""
         return [self._token_to_id[token] for token in tokens]
 
-
-def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Tensor:
-    """tokens [B, (T)] (ids, or character offsets) -> [B, L]: cls t1 .. tn sep, cut to
-    max_seq_length, padded with `pad`: the layout of every served text."""
-    tokens = tokens[:, : max_seq_length - 2]
-    batch = tokens.nrows()
-    edge = lambda value: tf.fill(tf.stack([batch, 1]), tf.constant(value, tokens.dtype))  # noqa: E731
-    return tf.concat([edge(cls), tokens, edge(sep)], axis=1).to_tensor(pad)
-
-
-def framed_ids(tokenizer: Tokenizer, ids: tf.RaggedTensor, max_seq_length: int):
-    """ids [B, (T)] -> (input_ids, input_mask) int32 [B, L]: `framed` with the tokenizer's
-    [CLS], [SEP] and padding, and the mask of those positions that are not padding."""
-    return (framed(ids, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
-            framed(tf.ones_like(ids), max_seq_length, 1, 1, 0))

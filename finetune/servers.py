@@ -17,6 +17,7 @@ A task's `server` (finetune.task) picks its server.
 import tensorflow as tf
 
 from electra_tf.checkpoints.saved_model import embedding_outputs, encode, encode_with_offsets, precision_record
+from electra_tf.framing import framed_pair, kept_lengths, pair_mask_and_segments
 from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.tokenization import Tokenizer
 
@@ -26,55 +27,8 @@ def encode_pair(tokenizer: Tokenizer, text_a: tf.Tensor, text_b: tf.Tensor, max_
     `kept_lengths`. A row whose text_b has no tokens is `[CLS] a [SEP]` alone, as `featurize`'s."""
     tokens_a, tokens_b = tokenizer.tokenize(text_a), tokenizer.tokenize(text_b)  # [B, (Ta)], [B, (Tb)]
     kept_a, kept_b = kept_lengths(tokens_a.row_lengths(), tokens_b.row_lengths(), max_seq_length)
-    ids = frame_pair(tokens_a, tokens_b, kept_a, kept_b, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+    ids = framed_pair(tokens_a, tokens_b, kept_a, kept_b, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
     return (tf.cast(ids, tf.int32), *pair_mask_and_segments(kept_a, kept_b))
-
-
-def kept_lengths(length_a, length_b, max_seq_length: int):
-    """Token counts int64 [B] -> how many of each text `truncate_pair` keeps, [B]. Its rule (the longer
-    text loses its last token until both fit, text_b on a tie) in closed form, computed once for the
-    ids and both offsets: the shorter text stays whole if that leaves the longer no shorter, else
-    text_b keeps half the budget, rounded down. Without text_b, text_a is cut to max_seq_length - 2."""
-    budget = max_seq_length - 3  # [CLS] a [SEP] b [SEP]
-    kept_b = tf.minimum(length_b, tf.maximum(budget - length_a, budget // 2))
-    kept_a = tf.minimum(length_a, tf.where(length_b > 0, budget - kept_b, budget + 1))
-    return kept_a, kept_b
-
-
-def frame_pair(a, b, kept_a, kept_b, cls, sep, pad):
-    """a [B, (Ta)], b [B, (Tb)] (ids, or character offsets) -> `cls a[:kept_a] sep b[:kept_b] sep`, padded:
-    [B, L], L the longest row; no second sep where kept_b is 0. Dense gathers, not ragged trimming
-    and concatenation: the same rows, traced in a tenth of the time (an export traces it four times)."""
-    kept_a, kept_b = kept_a[:, tf.newaxis], kept_b[:, tf.newaxis]  # [B, 1]
-    position = tf.range(tf.reduce_max(_row_length(kept_a, kept_b)))[tf.newaxis]  # [1, L]
-    in_a = (position >= 1) & (position <= kept_a)  # [B, L]
-    in_b = (position >= kept_a + 2) & (position < kept_a + 2 + kept_b)
-    value = lambda constant: tf.cast(constant, a.dtype)  # noqa: E731
-    token = tf.where(in_a, _gather(a, position - 1), _gather(b, position - kept_a - 2))
-    framed = tf.where(in_a | in_b, token, tf.where(position < _row_length(kept_a, kept_b), value(sep), value(pad)))
-    return tf.where(position == 0, value(cls), framed)
-
-
-def _row_length(kept_a, kept_b):
-    """The length of `frame_pair`'s row: [CLS] a [SEP], and b [SEP] where b kept a token."""
-    return kept_a + 2 + kept_b + tf.minimum(kept_b, 1)
-
-
-def _gather(tokens, index):
-    """tokens [B, (T)], index int64 [B or 1, L] -> tokens[row, index] [B, L]; any value where the index is
-    outside the row (the caller masks it)."""
-    dense = tf.pad(tokens.to_tensor(), [[0, 0], [0, 1]])  # [B, T + 1]: a column even when every row is empty
-    index = tf.clip_by_value(index, 0, tf.shape(dense, out_type=tf.int64)[1] - 1)
-    return tf.gather(dense, tf.broadcast_to(index, [tokens.nrows(), tf.shape(index, out_type=tf.int64)[1]]),
-                     batch_dims=1)
-
-
-def pair_mask_and_segments(kept_a, kept_b):
-    """`frame_pair`'s input_mask and segment_ids (0 up to the first [SEP], 1 after it), int32 [B, L]."""
-    kept_a, kept_b = kept_a[:, tf.newaxis], kept_b[:, tf.newaxis]  # [B, 1]
-    length = _row_length(kept_a, kept_b)
-    position = tf.range(tf.reduce_max(length))[tf.newaxis]  # [1, L]
-    return tf.cast(position < length, tf.int32), tf.cast((position >= kept_a + 2) & (position < length), tf.int32)
 
 
 def pair_with_offsets(tokenizer: Tokenizer, text_a, text_b, max_seq_length: int):
@@ -83,8 +37,8 @@ def pair_with_offsets(tokenizer: Tokenizer, text_a, text_b, max_seq_length: int)
     (ids_a, *offsets_a), (ids_b, *offsets_b) = tokenize_with_offsets(tokenizer, text_a), \
         tokenize_with_offsets(tokenizer, text_b)
     kept_a, kept_b = kept_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length)
-    ids = frame_pair(ids_a, ids_b, kept_a, kept_b, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
-    start, end = (frame_pair(a, b, kept_a, kept_b, -1, -1, -1) for a, b in zip(offsets_a, offsets_b))
+    ids = framed_pair(ids_a, ids_b, kept_a, kept_b, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+    start, end = (framed_pair(a, b, kept_a, kept_b, -1, -1, -1) for a, b in zip(offsets_a, offsets_b))
     return (tf.cast(ids, tf.int32), *pair_mask_and_segments(kept_a, kept_b), start, end)
 
 
