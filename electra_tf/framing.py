@@ -6,39 +6,56 @@ slicing and concatenation: the same rows, traced in a tenth of the time, and an 
 layout once per output (ids, start, end) of each signature.
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
+
+
+class Layout(NamedTuple):
+    """Where each row's parts go: the tokens kept of text a and of text b, int64 [B], and whether
+    the row is a pair (bool [B]: `b [SEP]` follows, even when none of b is kept)."""
+
+    kept_a: tf.Tensor
+    kept_b: tf.Tensor
+    pair: tf.Tensor
+
+
+def single_layout(length, max_seq_length: int) -> Layout:
+    """Token counts int64 [B] of one text -> its layout: the text cut to max_seq_length - 2."""
+    kept = tf.minimum(length, max_seq_length - 2)
+    return Layout(kept, tf.zeros_like(kept), tf.zeros_like(kept, tf.bool))
+
+
+def pair_layout(length_a, length_b, max_seq_length: int) -> Layout:
+    """Token counts int64 [B] of two texts -> their layout as the fine-tuning featurizer's
+    `truncate_pair` cuts them: the longer text loses its last token until both fit, text_b on a tie.
+    In closed form: the shorter text stays whole if that leaves the longer no shorter, else text_b
+    keeps half the budget, rounded down. A row without text_b is `single_layout`'s."""
+    budget = max_seq_length - 3  # [CLS] a [SEP] b [SEP]
+    pair = length_b > 0
+    kept_b = tf.minimum(length_b, tf.maximum(budget - length_a, budget // 2))
+    kept_a = tf.minimum(length_a, tf.where(pair, budget - kept_b, budget + 1))
+    return Layout(kept_a, kept_b, pair)
 
 
 def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Tensor:
     """tokens [B, (T)] -> [B, L]: cls t1 .. tn sep, cut to max_seq_length, padded with `pad`."""
-    kept = tf.minimum(tokens.row_lengths(), max_seq_length - 2)  # [B]
-    return framed_pair(tokens, tokens, kept, tf.zeros_like(kept), cls, sep, pad)  # (a second text of which none is kept)
+    return framed_pair(tokens, tokens, single_layout(tokens.row_lengths(), max_seq_length), cls, sep, pad)
 
 
 def framed_ids(tokenizer, ids: tf.RaggedTensor, max_seq_length: int):
     """ids [B, (T)] -> (input_ids, input_mask) int32 [B, L]: `framed` with the tokenizer's
     [CLS], [SEP] and padding, and the mask of those positions that are not padding."""
-    kept = tf.minimum(ids.row_lengths(), max_seq_length - 2)  # [B]
-    return (framed(ids, max_seq_length, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
-            pair_mask_and_segments(kept, tf.zeros_like(kept))[0])
+    layout = single_layout(ids.row_lengths(), max_seq_length)
+    return (framed_pair(ids, ids, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
+            mask_and_segments(layout)[0])
 
 
-def kept_lengths(length_a, length_b, max_seq_length: int):
-    """Token counts int64 [B] -> how many of each text the fine-tuning featurizer's `truncate_pair`
-    keeps, [B]. Its rule (the longer text loses its last token until both fit, text_b on a tie) in
-    closed form: the shorter text stays whole if that leaves the longer no shorter, else text_b
-    keeps half the budget, rounded down. Without text_b, text_a is cut to max_seq_length - 2."""
-    budget = max_seq_length - 3  # [CLS] a [SEP] b [SEP]
-    kept_b = tf.minimum(length_b, tf.maximum(budget - length_a, budget // 2))
-    kept_a = tf.minimum(length_a, tf.where(length_b > 0, budget - kept_b, budget + 1))
-    return kept_a, kept_b
-
-
-def framed_pair(a, b, kept_a, kept_b, cls, sep, pad) -> tf.Tensor:
-    """a [B, (Ta)], b [B, (Tb)] -> `cls a[:kept_a] sep b[:kept_b] sep`, padded with `pad`: [B, L], L the
-    longest row; no second sep where kept_b is 0."""
-    kept_a, kept_b = kept_a[:, tf.newaxis], kept_b[:, tf.newaxis]  # [B, 1]
-    length = _row_length(kept_a, kept_b)  # [B, 1]
+def framed_pair(a, b, layout: Layout, cls, sep, pad) -> tf.Tensor:
+    """a [B, (Ta)], b [B, (Tb)] -> `cls a[:kept_a] sep b[:kept_b] sep` ([SEP] after b in pair rows
+    only), padded with `pad`: [B, L], L the longest row. Of a row that is no pair, b is not read."""
+    kept_a, kept_b = layout.kept_a[:, tf.newaxis], layout.kept_b[:, tf.newaxis]  # [B, 1]
+    length = _row_length(layout)  # [B, 1]
     position = tf.range(tf.reduce_max(length))[tf.newaxis]  # [1, L]
     in_a = (position >= 1) & (position <= kept_a)  # [B, L]
     in_b = (position >= kept_a + 2) & (position < kept_a + 2 + kept_b)
@@ -48,17 +65,17 @@ def framed_pair(a, b, kept_a, kept_b, cls, sep, pad) -> tf.Tensor:
     return tf.where(position == 0, value(cls), rows)
 
 
-def pair_mask_and_segments(kept_a, kept_b):
-    """`framed_pair`'s input_mask and segment_ids (0 up to the first sep, 1 after it), int32 [B, L]."""
-    kept_a, kept_b = kept_a[:, tf.newaxis], kept_b[:, tf.newaxis]  # [B, 1]
-    length = _row_length(kept_a, kept_b)
+def mask_and_segments(layout: Layout):
+    """The framed rows' input_mask and segment_ids (0 up to the first [SEP], 1 after it), int32 [B, L]."""
+    length = _row_length(layout)  # [B, 1]
     position = tf.range(tf.reduce_max(length))[tf.newaxis]  # [1, L]
-    return tf.cast(position < length, tf.int32), tf.cast((position >= kept_a + 2) & (position < length), tf.int32)
+    second = position >= layout.kept_a[:, tf.newaxis] + 2
+    return tf.cast(position < length, tf.int32), tf.cast(second & (position < length), tf.int32)
 
 
-def _row_length(kept_a, kept_b):
-    """The length of a framed row: cls a sep, and b sep where b kept a token."""
-    return kept_a + 2 + kept_b + tf.minimum(kept_b, 1)
+def _row_length(layout: Layout):
+    """[B, 1]: cls a sep, and b sep in a pair row."""
+    return (layout.kept_a + 2 + layout.kept_b + tf.cast(layout.pair, layout.kept_b.dtype))[:, tf.newaxis]
 
 
 def _gather(tokens: tf.RaggedTensor, index) -> tf.Tensor:

@@ -17,18 +17,18 @@ A task's `server` (finetune.task) picks its server.
 import tensorflow as tf
 
 from electra_tf.checkpoints.saved_model import embedding_outputs, encode, encode_with_offsets, precision_record
-from electra_tf.framing import framed_pair, kept_lengths, pair_mask_and_segments
+from electra_tf.framing import framed_pair, mask_and_segments, pair_layout
 from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.tokenization import Tokenizer
 
 
 def encode_pair(tokenizer: Tokenizer, text_a: tf.Tensor, text_b: tf.Tensor, max_seq_length: int):
     """text_a, text_b tf.string [B] -> (input_ids, input_mask, segment_ids) int32 [B, L], padded, cut by
-    `kept_lengths`. A row whose text_b has no tokens is `[CLS] a [SEP]` alone, as `featurize`'s."""
+    `pair_layout`. A row whose text_b has no tokens is `[CLS] a [SEP]` alone, as `featurize`'s."""
     tokens_a, tokens_b = tokenizer.tokenize(text_a), tokenizer.tokenize(text_b)  # [B, (Ta)], [B, (Tb)]
-    kept_a, kept_b = kept_lengths(tokens_a.row_lengths(), tokens_b.row_lengths(), max_seq_length)
-    ids = framed_pair(tokens_a, tokens_b, kept_a, kept_b, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
-    return (tf.cast(ids, tf.int32), *pair_mask_and_segments(kept_a, kept_b))
+    layout = pair_layout(tokens_a.row_lengths(), tokens_b.row_lengths(), max_seq_length)
+    ids = framed_pair(tokens_a, tokens_b, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+    return (tf.cast(ids, tf.int32), *mask_and_segments(layout))
 
 
 def pair_with_offsets(tokenizer: Tokenizer, text_a, text_b, max_seq_length: int):
@@ -36,10 +36,10 @@ def pair_with_offsets(tokenizer: Tokenizer, text_a, text_b, max_seq_length: int)
     (-1 on [CLS], [SEP] and padding)."""
     (ids_a, *offsets_a), (ids_b, *offsets_b) = tokenize_with_offsets(tokenizer, text_a), \
         tokenize_with_offsets(tokenizer, text_b)
-    kept_a, kept_b = kept_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length)
-    ids = framed_pair(ids_a, ids_b, kept_a, kept_b, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
-    start, end = (framed_pair(a, b, kept_a, kept_b, -1, -1, -1) for a, b in zip(offsets_a, offsets_b))
-    return (tf.cast(ids, tf.int32), *pair_mask_and_segments(kept_a, kept_b), start, end)
+    layout = pair_layout(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length)
+    ids = framed_pair(ids_a, ids_b, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+    start, end = (framed_pair(a, b, layout, -1, -1, -1) for a, b in zip(offsets_a, offsets_b))
+    return (tf.cast(ids, tf.int32), *mask_and_segments(layout), start, end)
 
 
 class SentenceServer(tf.Module):
