@@ -99,5 +99,6 @@ def tokenize_with_offsets(tokenizer: Tokenizer, texts):
     word_start = tf.strings.length(tf.strings.substr(word_text, tf.zeros_like(word_byte_start.flat_values),
                                                      word_byte_start.flat_values), unit="UTF8_CHAR")  # [NW]
     shift = tf.gather(tf.cast(word_start, tf.int64), word_of)
-    as_rows = lambda flat: words.with_flat_values(pieces.with_flat_values(tf.cast(flat, tf.int32))).merge_dims(1, 2)
+    rows = words.with_flat_values(pieces).merge_dims(1, 2)  # [B, (T)]: the pieces' order, merged once
+    as_rows = lambda flat: rows.with_flat_values(tf.cast(flat, tf.int32))  # noqa: E731
     return as_rows(pieces.flat_values), as_rows(start + shift), as_rows(end + shift)
