@@ -118,7 +118,8 @@ class Tokenizer(tf.Module):
     """
 
     # tf.Module's `variables` and `submodules` (which a SavedModel's save reads of every module holding
-    # this one) would walk the 30k vocab strings each time: ~2 s of a discriminator export.
+    # this one) would walk the 30k vocab strings each time: a tiny discriminator's export took 6.6 s
+    # with them, 4.9 s without (2026-12-07).
     _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"vocab", "_token_to_id"}
 
     def __init__(self, vocab_file, do_lower_case=True, strip_accents=True):

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.checkpoints.model_dir import VOCAB_FILE, check_output, check_vocab, staged_output
-from electra_tf.checkpoints.saved_model import EMBED, SIGNATURE, check_precision, save_server
+from electra_tf.checkpoints.saved_model import EMBED, SIGNATURE, check_precision
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
@@ -190,6 +190,6 @@ def export_finetuned(model_dir, output_dir, task: Optional[str] = None, overwrit
     check_output(output_dir, overwrite)
     server = build_server(model_dir, task, precision)
     with staged_output(output_dir, overwrite, source=model_dir) as staging:
-        save_server(server, staging, {SIGNATURE: server.serve, EMBED: server.embed})
+        tf.saved_model.save(server, str(staging), signatures={SIGNATURE: server.serve, EMBED: server.embed})
         copy_model_files(model_dir, staging / EXTRA, server.task.name)
     return server

@@ -21,7 +21,7 @@ import tensorflow_text as tf_text
 
 from electra_tf.checkpoints.saved_model import embedding_outputs, precision_record
 from electra_tf.token_offsets import tokenize_with_offsets
-from electra_tf.framing import framed
+from electra_tf.framing import framed, framed_ids
 from electra_tf.tokenization import Tokenizer
 
 # Between the words of a sentence to tag: Unicode's White_Space characters, as a regex class that
@@ -55,12 +55,9 @@ def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, lowercase: b
     only_kept = lambda values: tf.RaggedTensor.from_row_lengths(tf.ragged.boolean_mask(values, kept), kept_words)
     kept_pieces = only_kept(pieces)  # [B, (Wk), (P)]
     body = kept_pieces.merge_dims(1, 2)  # [B, (T)]
-    batch = tf.shape(text)[0]
-    ids = tf.concat([tf.fill([batch, 1], tokenizer.cls_id), tf.cast(body, tf.int32),
-                     tf.fill([batch, 1], tokenizer.sep_id)], axis=1)  # [B, (T + 2)]
+    input_ids, mask = framed_ids(tokenizer, tf.cast(body, tf.int32), max_seq_length)  # [B, L]: the body fits
     positions = tf.ragged.boolean_mask(words.with_flat_values(1 + before), kept_rows)  # [B, (Wk)]
-    mask = tf.ones_like(ids).to_tensor(0)
-    features = {"input_ids": ids.to_tensor(tokenizer.pad_id), "input_mask": mask, "segment_ids": mask,
+    features = {"input_ids": input_ids, "input_mask": mask, "segment_ids": mask,
                 "labeled_positions": tf.cast(positions.to_tensor(0), tf.int32)}
     sentence = tf.repeat(text, words.row_lengths())  # [NW]: each word's sentence
     in_chars = lambda offset: tf.strings.length(tf.strings.substr(sentence, tf.zeros_like(offset), offset),

@@ -1,7 +1,7 @@
 """electra_tf/framing.py against the layout written out in Python: `framed` (one text, cut to
 max_seq_length - 2 tokens) and `framed_pair` with `pair_layout` (the fine-tuning featurizer's
 `truncate_pair`, pair rows decided before the cut as `featurize` decides them), on ids and on
-offsets, with empty rows and an all-empty batch."""
+offsets, with rows of no tokens and a batch of no rows."""
 
 import numpy as np
 import pytest
@@ -32,14 +32,17 @@ def test_one_text_is_cls_tokens_sep_cut_and_padded(dtype, max_seq_length):
     np.testing.assert_array_equal(mask.numpy(), padded([[1] * len(row) for row in expected], 0))
     empty = framed(tf.ragged.constant([[], []], dtype), max_seq_length, 1, 2, 0)  # no tokens in the batch
     np.testing.assert_array_equal(empty.numpy(), [[1, 2], [1, 2]])
+    no_rows = tf.RaggedTensor.from_row_lengths(tf.zeros([0], dtype), tf.zeros([0], tf.int64))
+    assert framed(no_rows, max_seq_length, 1, 2, 0).shape == (0, 0)
+    assert [part.shape for part in framed_ids(SPECIAL, no_rows, max_seq_length)] == [(0, 0), (0, 0)]
 
 
 def test_pairs_are_cut_as_the_featurizer_cuts_them():
-    """Every pair of lengths 0..9 and 0..9 at max_seq_length 4..12, ids and offsets framed alike."""
+    """Every pair of lengths 0..9 and 0..9 at max_seq_length 3..12, ids and offsets framed alike."""
     lengths = [(a, b) for a in range(10) for b in range(10)]
     a_rows = [list(range(100, 100 + a)) for a, _ in lengths]
     b_rows = [list(range(200, 200 + b)) for _, b in lengths]
-    for max_seq_length in range(4, 13):
+    for max_seq_length in range(3, 13):
         layout = pair_layout(tf.constant([a for a, _ in lengths], tf.int64),
                              tf.constant([b for _, b in lengths], tf.int64), max_seq_length)
         expected, segments = [], []

@@ -27,7 +27,7 @@ from electra_tf.fill_mask import SIGNATURE as FILL_MASK, FillMaskGraph, untraine
 from electra_tf.modeling import unpadded_rows
 from electra_tf.pretraining import build_network
 from electra_tf.token_offsets import tokenize_with_offsets
-from electra_tf.framing import framed, framed_ids
+from electra_tf.framing import framed_ids, framed_pair, mask_and_segments, single_layout
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
 from electra_tf.checkpoints.model_dir import (VOCAB_FILE, check_output, checkpoint_at, initialised_variables,
@@ -36,13 +36,6 @@ from electra_tf.checkpoints.report import LoadReport, assign_weights
 
 SIGNATURE = "serving_default"
 EMBED = "embed"  # the encoder's vectors, in every SavedModel
-
-
-def save_server(server: tf.Module, directory: Path, signatures: dict) -> None:
-    """tf.saved_model.save of a server, without the traced gradients of the encoder's custom-gradient
-    ops: nothing differentiates a served model, and tracing them took ~5 % of an export."""
-    options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-    tf.saved_model.save(server, str(directory), signatures=signatures, options=options)
 
 
 def check_precision(precision: str) -> None:
@@ -65,8 +58,10 @@ def encode_with_offsets(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: i
     """`encode`'s (input_ids, input_mask) and each token's [start, end) characters in its text
     (token_start, token_end int32 [B, L]; -1 on [CLS], [SEP] and padding)."""
     ids, start, end = tokenize_with_offsets(tokenizer, text)  # [B, (T)]: tokenize's ids
-    return (*framed_ids(tokenizer, ids, max_seq_length),
-            framed(start, max_seq_length, -1, -1, -1), framed(end, max_seq_length, -1, -1, -1))
+    layout = single_layout(ids.row_lengths(), max_seq_length)  # one text: framed_pair ignores its second
+    input_ids = framed_pair(ids, ids, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)  # [B, L]
+    start, end = (framed_pair(offsets, offsets, layout, -1, -1, -1) for offsets in (start, end))
+    return input_ids, mask_and_segments(layout)[0], start, end
 
 
 def pooled(sequence, input_mask) -> dict:
@@ -148,5 +143,5 @@ def export_saved_model(model_dir, output_dir, overwrite: bool = False, precision
     server, report = build_server(config, values, Path(model_dir) / VOCAB_FILE, precision,
                                   initialised_variables(model_dir, prefix))
     with staged_output(output_dir, overwrite, source=model_dir) as staging:
-        save_server(server, staging, server.signatures())
+        tf.saved_model.save(server, str(staging), signatures=server.signatures())
     return report
