@@ -20,8 +20,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.checkpoints.saved_model import embedding_outputs, precision_record
-from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.framing import framed, framed_ids
+from electra_tf.token_offsets import tokenize_with_offsets
 from electra_tf.tokenization import Tokenizer
 
 # Between the words of a sentence to tag: Unicode's White_Space characters, as a regex class that

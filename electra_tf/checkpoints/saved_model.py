@@ -24,10 +24,10 @@ import tensorflow as tf
 from electra_tf.config import UNSCALED_PRECISIONS, has_rtd_loss
 from electra_tf.errors import InputError
 from electra_tf.fill_mask import SIGNATURE as FILL_MASK, FillMaskGraph, untrained_generator
+from electra_tf.framing import framed_ids, framed_pair, mask_and_segments, single_layout
 from electra_tf.modeling import unpadded_rows
 from electra_tf.pretraining import build_network
 from electra_tf.token_offsets import tokenize_with_offsets
-from electra_tf.framing import framed_ids, framed_pair, mask_and_segments, single_layout
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
 from electra_tf.checkpoints.model_dir import (VOCAB_FILE, check_output, checkpoint_at, initialised_variables,
