@@ -12,31 +12,30 @@ import tensorflow as tf
 
 
 class Layout(NamedTuple):
-    """Where each row's parts go: the tokens kept of text a and of text b, int64 [B], and whether
-    the row is a pair (bool [B]: `b [SEP]` follows, even when none of b is kept)."""
+    """Where each row's parts go: the tokens kept of text a and of text b, int64 [B]; `b [SEP]`
+    follows where some of b is kept."""
 
     kept_a: tf.Tensor
     kept_b: tf.Tensor
-    pair: tf.Tensor
 
 
 def single_layout(length, max_seq_length: int) -> Layout:
     """Token counts int64 [B] of one text -> its layout: the text cut to max_seq_length - 2."""
     kept = tf.minimum(tf.cast(length, tf.int64), max_seq_length - 2)
-    return Layout(kept, tf.zeros_like(kept), tf.zeros_like(kept, tf.bool))
+    return Layout(kept, tf.zeros_like(kept))
 
 
 def pair_layout(length_a, length_b, max_seq_length: int) -> Layout:
     """Token counts int64 [B] of two texts -> their layout as the fine-tuning featurizer's
     `truncate_pair` cuts them: the longer text loses its last token until both fit, text_b on a tie.
     In closed form: the shorter text stays whole if that leaves the longer no shorter, else text_b
-    keeps half the budget, rounded down. A row without text_b is `single_layout`'s."""
+    keeps half the budget, rounded down. A row without text_b is `single_layout`'s; one whose text_b
+    is cut to nothing (max_seq_length 4 and below) is `[CLS] a [SEP]` with a cut to the pair's budget."""
     length_a, length_b = tf.cast(length_a, tf.int64), tf.cast(length_b, tf.int64)
     budget = max_seq_length - 3  # [CLS] a [SEP] b [SEP]
-    pair = length_b > 0
     kept_b = tf.minimum(length_b, tf.maximum(budget - length_a, budget // 2))
-    kept_a = tf.minimum(length_a, tf.where(pair, budget - kept_b, budget + 1))
-    return Layout(kept_a, kept_b, pair)
+    kept_a = tf.minimum(length_a, tf.where(length_b > 0, budget - kept_b, budget + 1))
+    return Layout(kept_a, kept_b)
 
 
 def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Tensor:
@@ -53,8 +52,8 @@ def framed_ids(tokenizer, ids: tf.RaggedTensor, max_seq_length: int):
 
 
 def framed_pair(a, b, layout: Layout, cls, sep, pad) -> tf.Tensor:
-    """a [B, (Ta)], b [B, (Tb)] -> `cls a[:kept_a] sep b[:kept_b] sep` ([SEP] after b in pair rows
-    only), padded with `pad`: [B, L], L the longest row. Of a row that is no pair, b is ignored."""
+    """a [B, (Ta)], b [B, (Tb)] -> `cls a[:kept_a] sep b[:kept_b] sep` (the second sep where kept_b > 0),
+    padded with `pad`: [B, L], L the longest row. Where kept_b is 0, b is ignored."""
     kept_a, kept_b = layout.kept_a[:, tf.newaxis], layout.kept_b[:, tf.newaxis]  # [B, 1]
     length, position = _positions(layout)  # [B, 1], [1, L]
     in_a = (position >= 1) & (position <= kept_a)  # [B, L]
@@ -73,8 +72,8 @@ def mask_and_segments(layout: Layout):
 
 
 def _positions(layout: Layout):
-    """(each row's length [B, 1]: cls a sep, and b sep in a pair row; the positions 0 .. L - 1 [1, L])."""
-    length = (layout.kept_a + 2 + layout.kept_b + tf.cast(layout.pair, tf.int64))[:, tf.newaxis]
+    """(each row's length [B, 1]: cls a sep, and b sep where b is kept; the positions 0 .. L - 1 [1, L])."""
+    length = (layout.kept_a + 2 + layout.kept_b + tf.minimum(layout.kept_b, 1))[:, tf.newaxis]
     longest = tf.maximum(tf.reduce_max(length), 0)  # 0 for an empty batch (reduce_max gives int64's least)
     return length, tf.range(longest)[tf.newaxis]
 

@@ -73,9 +73,10 @@ def featurize(examples, tokenizer: Tokenizer, max_seq_length: int, task_id: int,
     tokens_b = _tokenize(tokenizer, [e.text_b for e in examples]) if pairs else [[]] * len(examples)
     token_ids, segment_ids = [], []
     for a, b in zip(tokens_a, tokens_b):
-        pair = len(b) > 0
-        a, b = truncate_pair(a, b, max_seq_length - (3 if pair else 2))
-        ids = [tokenizer.cls_id, *a, tokenizer.sep_id] + ([*b, tokenizer.sep_id] if pair else [])
+        # the original's `if tokens_b:` before the cut (the budget) and after it (a second text cut to
+        # nothing, at max_seq_length 4 and below, is no segment)
+        a, b = truncate_pair(a, b, max_seq_length - (3 if len(b) else 2))
+        ids = [tokenizer.cls_id, *a, tokenizer.sep_id] + ([*b, tokenizer.sep_id] if len(b) else [])
         token_ids.append(np.asarray(ids, np.int32))
         segment_ids.append(np.asarray([0] * (len(a) + 2) + [1] * (len(ids) - len(a) - 2), np.int32))
     labels = [0.0 if e.label is None else e.label for e in examples]

@@ -1,7 +1,7 @@
 """electra_tf/framing.py against the layout written out in Python: `framed` (one text, cut to
-max_seq_length - 2 tokens) and `framed_pair` with `pair_layout` (the fine-tuning featurizer's
-`truncate_pair`, pair rows decided before the cut as `featurize` decides them), on ids and on
-offsets, with rows of no tokens and a batch of no rows."""
+max_seq_length - 2 tokens) and `framed_pair` with `pair_layout` against `featurize`'s rows (the
+original's: `truncate_pair`, a second segment only where the second text has tokens before the
+cut and after it), on ids and on offsets, with rows of no tokens and a batch of no rows."""
 
 import numpy as np
 import pytest
@@ -46,10 +46,9 @@ def test_pairs_are_cut_as_the_featurizer_cuts_them():
         layout = pair_layout(tf.constant([a for a, _ in lengths], tf.int64),
                              tf.constant([b for _, b in lengths], tf.int64), max_seq_length)
         expected, segments = [], []
-        for a, b in zip(a_rows, b_rows):  # finetune.inputs.featurize's rows
-            pair = len(b) > 0
-            a, b = truncate_pair(a, b, max_seq_length - (3 if pair else 2))
-            expected.append([1, *a, 2] + ([*b, 2] if pair else []))
+        for a, b in zip(a_rows, b_rows):  # the original's `_featurize_example`
+            a, b = truncate_pair(a, b, max_seq_length - (3 if b else 2))
+            expected.append([1, *a, 2] + ([*b, 2] if b else []))
             segments.append([0] * (len(a) + 2) + [1] * (len(expected[-1]) - len(a) - 2))
         for dtype in (tf.int64, tf.int32):
             got = framed_pair(tf.ragged.constant(a_rows, dtype), tf.ragged.constant(b_rows, dtype), layout, 1, 2, -1)

@@ -206,6 +206,10 @@ def test_a_pair_without_second_tokens_is_a_single_sentence(vocab_file):
     assert features.token_ids[0].tolist() == [cls, a, cat, sat, on, sep] and features.segment_ids[0].tolist() == [0] * 6
     assert features.token_ids[1].tolist() == [cls, a, cat, sep, a, sep] and features.segment_ids[1].tolist() == \
         [0, 0, 0, 0, 1, 1]
+    # and after the cut: at max_seq_length 4 the pair's budget of 1 leaves "a" of the first text and
+    # nothing of the second, which is then no segment (no second [SEP])
+    short = featurize([glue.Example(0, "a cat", "dog", 0)], tokenizer, 4, task_id=0, is_regression=False)
+    assert short.token_ids[0].tolist() == [cls, a, sep] and short.segment_ids[0].tolist() == [0, 0, 0]
 
 
 def test_length_bucketing_pads_to_the_longest_in_each_batch():
