@@ -40,26 +40,27 @@ def pair_layout(length_a, length_b, max_seq_length: int) -> Layout:
 
 def framed(tokens: tf.RaggedTensor, max_seq_length: int, cls, sep, pad) -> tf.Tensor:
     """tokens [B, (T)] -> [B, L]: cls t1 .. tn sep, cut to max_seq_length, padded with `pad`."""
-    return framed_pair(tokens, tokens, single_layout(tokens.row_lengths(), max_seq_length), cls, sep, pad)
+    return framed_pair(tokens, None, single_layout(tokens.row_lengths(), max_seq_length), cls, sep, pad)
 
 
 def framed_ids(tokenizer, ids: tf.RaggedTensor, max_seq_length: int):
     """ids [B, (T)] -> (input_ids, input_mask) int32 [B, L]: `framed` with the tokenizer's
     [CLS], [SEP] and padding, and the mask of those positions that are not padding."""
     layout = single_layout(ids.row_lengths(), max_seq_length)
-    return (framed_pair(ids, ids, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
+    return (framed_pair(ids, None, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id),
             mask_and_segments(layout)[0])
 
 
 def framed_pair(a, b, layout: Layout, cls, sep, pad) -> tf.Tensor:
     """a [B, (Ta)], b [B, (Tb)] -> `cls a[:kept_a] sep b[:kept_b] sep` (the second sep where kept_b > 0),
-    padded with `pad`: [B, L], L the longest row. Where kept_b is 0, b is ignored."""
+    padded with `pad`: [B, L], L the longest row. b None: one text (`single_layout`), nothing of b read."""
     kept_a, kept_b = layout.kept_a[:, tf.newaxis], layout.kept_b[:, tf.newaxis]  # [B, 1]
     length, position = _positions(layout)  # [B, 1], [1, L]
     in_a = (position >= 1) & (position <= kept_a)  # [B, L]
     in_b = (position >= kept_a + 2) & (position < kept_a + 2 + kept_b)
     as_token = lambda constant: tf.cast(constant, a.dtype)  # noqa: E731
-    token = tf.where(in_a, _gather(a, position - 1), _gather(b, position - kept_a - 2))
+    token = _gather(a, position - 1) if b is None else tf.where(in_a, _gather(a, position - 1),
+                                                                 _gather(b, position - kept_a - 2))
     rows = tf.where(in_a | in_b, token, tf.where(position < length, as_token(sep), as_token(pad)))
     return tf.where(position == 0, as_token(cls), rows)
 

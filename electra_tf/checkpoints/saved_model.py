@@ -58,9 +58,9 @@ def encode_with_offsets(tokenizer: Tokenizer, text: tf.Tensor, max_seq_length: i
     """`encode`'s (input_ids, input_mask) and each token's [start, end) characters in its text
     (token_start, token_end int32 [B, L]; -1 on [CLS], [SEP] and padding)."""
     ids, start, end = tokenize_with_offsets(tokenizer, text)  # [B, (T)]: tokenize's ids
-    layout = single_layout(ids.row_lengths(), max_seq_length)  # one text: framed_pair ignores its second
-    input_ids = framed_pair(ids, ids, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)  # [B, L]
-    start, end = (framed_pair(offsets, offsets, layout, -1, -1, -1) for offsets in (start, end))
+    layout = single_layout(ids.row_lengths(), max_seq_length)  # once for the ids and both offsets
+    input_ids = framed_pair(ids, None, layout, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)  # [B, L]
+    start, end = (framed_pair(offsets, None, layout, -1, -1, -1) for offsets in (start, end))
     return input_ids, mask_and_segments(layout)[0], start, end
 
 
