@@ -20,7 +20,7 @@ import dataclasses
 import os
 from typing import List, Optional
 
-from electra_tf.checkpoints import vocab_beside
+from electra_tf.checkpoints import casing_beside, vocab_beside
 from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
@@ -70,7 +70,7 @@ class FinetuningConfig(HParams):
     model_hparam_overrides: dict = dataclasses.field(default_factory=dict, metadata={"fields": BertConfig})
     embedding_size: Optional[int] = None
     vocab_size: int = 30522
-    do_lower_case: bool = True
+    do_lower_case: Optional[bool] = None  # None: as the pretrained model records it; True where it records nothing
     # Training
     recipe: str = "code"  # "code": the original code's defaults; "paper": Table 7's values
     learning_rate: float = 1e-4
@@ -186,6 +186,9 @@ class FinetuningConfig(HParams):
         if self.vocab_file is None:  # the vocab the weights to start from were trained with (the model dir's by default)
             self.vocab_file = (vocab_beside(self.init_checkpoint) or vocab_beside(pretrained)
                                or os.path.join(self.data_dir, "vocab.txt"))
+        if self.do_lower_case is None:  # the casing those weights were trained with, as with the vocab
+            recorded = (casing_beside(self.init_checkpoint), casing_beside(pretrained), True)
+            self.do_lower_case = next(value for value in recorded if value is not None)
         self._validate()
 
     @property

@@ -13,7 +13,7 @@ batches in the same order (needed for reproducible and resumable training).
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -101,27 +101,50 @@ def check_pretraining_data(config) -> None:
                 check_shard(path)
             check_record_length(files, config.max_seq_length)
             check_build_vocab(files, config.vocab_file)
+            check_build_casing(files, config.do_lower_case)
 
 
-def check_build_vocab(files: List[str], vocab_file: str) -> None:
-    """Fails, naming both, when a build's `stats.json` (beside its shards, or above its eval/) records
-    another vocab than the run's: token ids would then index the wrong rows (or past the table)."""
-    if not vocab_file or not Path(vocab_file).is_file():
-        return  # the run's own vocab check names it
-    wanted = None
+def _build_stats(files: List[str]) -> Iterator[Tuple[Path, Path, dict]]:
+    """(folder, its stats.json, what it records) of each folder of `files` whose build wrote one
+    (beside its shards, or above its eval/); data written by other tools, or the original's, has none."""
     for folder in sorted({Path(path).parent for path in files}):
         stats = next((f / STATS_FILE for f in (folder, folder.parent) if (f / STATS_FILE).is_file()), None)
         if stats is None:
-            continue  # data written by other tools, or the original's
+            continue
         try:
-            built = json.loads(stats.read_text(encoding="utf-8")).get("vocab_sha256")
-        except (OSError, ValueError, AttributeError):
+            recorded = json.loads(stats.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             continue  # not a build's statistics
+        if isinstance(recorded, dict):
+            yield folder, stats, recorded
+
+
+def check_build_vocab(files: List[str], vocab_file: str) -> None:
+    """Fails, naming both, when a build's `stats.json` records another vocab than the run's: token
+    ids would then index the wrong rows (or past the table)."""
+    if not vocab_file or not Path(vocab_file).is_file():
+        return  # the run's own vocab check names it
+    wanted = None
+    for folder, stats, recorded in _build_stats(files):
+        built = recorded.get("vocab_sha256")
         wanted = wanted or file_sha256(vocab_file)
         if built is not None and built != wanted:
             raise InputError(f"{folder}: its records were built with another vocab than vocab_file {vocab_file} "
                              f"({stats} records sha256 {built[:12]}..., the vocab_file's is {wanted[:12]}...); "
                              f"rebuild the data with this vocab or set vocab_file to the build's")
+
+
+def check_build_casing(files: List[str], do_lower_case: bool) -> None:
+    """Fails, naming both, when a build's `stats.json` records other casing than the run's
+    `do_lower_case`: the model's config.json records the run's, and fine-tuning, predicting and
+    serving lower-case (or not) as it says, so it must be the casing the model was trained on."""
+    for folder, stats, recorded in _build_stats(files):
+        built = recorded.get("do_lower_case")
+        if isinstance(built, bool) and built != do_lower_case:
+            raise InputError(f"{folder}: its records were built with do_lower_case {str(built).lower()} ({stats}), "
+                             f"but the run's do_lower_case is {str(do_lower_case).lower()}: set "
+                             f"\"do_lower_case\": {str(built).lower()} in --hparams (fine-tuning follows what the "
+                             f"model's config.json records)")
 
 
 def locate_damaged_training_data(config) -> None:

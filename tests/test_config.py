@@ -394,3 +394,35 @@ def test_finetuning_reads_the_vocab_beside_the_weights_it_starts_from(tmp_path):
     assert resolved(init_checkpoint=str(bare)) == model_vocab
     assert resolved("other", init_checkpoint=str(bare)) == data_vocab
     assert resolved(init_checkpoint=str(hf_dir), vocab_file="/v/vocab.txt") == "/v/vocab.txt"
+
+
+def test_finetuning_lower_cases_as_the_weights_it_starts_from_were_trained(tmp_path):
+    """do_lower_case's default is what the pretrained model records (a model dir's config.json, an
+    HF dir's or export's tokenizer_config.json), found as the vocab is; True where nothing records
+    it (a TF1 checkpoint, no model yet), as the original; an explicit value wins."""
+    from finetune.config import FinetuningConfig
+
+    def resolved(name="m", **hparams):
+        return FinetuningConfig.from_hparams(name, str(tmp_path), {"task_names": ["mrpc"], **hparams}).do_lower_case
+
+    assert resolved() is True  # no model dir yet
+    model_dir = tmp_path / "models" / "m"
+    model_dir.mkdir(parents=True)
+    PretrainingConfig.from_hparams("m", str(tmp_path), {"do_lower_case": False}).save(model_dir / "config.json")
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')
+    (model_dir / "ckpt-3.index").write_bytes(b"")
+    assert resolved() is False and resolved(init_checkpoint=str(model_dir / "ckpt-3")) is False
+    assert resolved(do_lower_case=True) is True
+    export = tmp_path / "exported"  # convert_checkpoint.py to-hf: the casing in each network's tokenizer files
+    (export / "discriminator").mkdir(parents=True)
+    (export / "discriminator" / "config.json").write_text(
+        json.dumps({"model_type": "electra", "architectures": ["ElectraForPreTraining"]}))
+    (export / "discriminator" / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+    assert resolved(init_checkpoint=str(export)) is True
+    (export / "discriminator" / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert resolved("other", init_checkpoint=str(export)) is False
+    original = tmp_path / "electra_small"  # a TF1 checkpoint records no casing: the model dir's, then True
+    original.mkdir()
+    (original / "model.ckpt-1000000.index").write_bytes(b"")
+    assert resolved(init_checkpoint=str(original / "model.ckpt-1000000")) is False
+    assert resolved("other", init_checkpoint=str(original / "model.ckpt-1000000")) is True

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from electra_tf.tokenization import load_vocab
 from pretrain_data.build import BuildOptions, build_pretraining_dataset
-from pretrain_data.input_pipeline import check_build_vocab, make_dataset
+from pretrain_data.input_pipeline import check_build_casing, check_build_vocab, make_dataset
 from pretrain_data.records import FEATURE_NAMES, feature_spec
 
 MAX_LEN = 128
@@ -209,6 +209,18 @@ def test_a_run_with_another_vocab_than_the_builds_is_refused(built, vocab_file, 
     swapped.write_text("\n".join(lines[:1000] + [lines[1001], lines[1000]] + lines[1002:]) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match=rf"records were built with another vocab than vocab_file {swapped}"):
         check_build_vocab(files, str(swapped))
+
+
+def test_a_run_with_other_casing_than_the_builds_is_refused(built):
+    """stats.json's do_lower_case against the run's: the model's config.json records the run's, and
+    fine-tuning lower-cases as it says, so a cased build pretrained as uncased is refused."""
+    from electra_tf.errors import InputError
+    out, stats, _ = built
+    assert stats["do_lower_case"] is True
+    files = sorted(str(path) for path in out.glob("pretrain_data.tfrecord*"))
+    check_build_casing(files, True)
+    with pytest.raises(InputError, match=r'built with do_lower_case true .*set "do_lower_case": true in --hparams'):
+        check_build_casing(files, False)
 
 
 def test_fast_serialization_parses_like_tf_train_example():

@@ -7,6 +7,7 @@ TF1 variable names (docs/fidelity.md#checkpoint-names, without ":0"), plus the P
 loaded, missing and unused.
 """
 
+import json
 from pathlib import Path
 from typing import Dict, NamedTuple, Optional
 
@@ -55,6 +56,26 @@ def vocab_beside(source) -> Optional[str]:
         directories = [path.parent] if Path(f"{path}.index").is_file() else []
     vocabs = [directory / model_dir.VOCAB_FILE for directory in directories]
     return next((str(vocab) for vocab in vocabs if vocab.is_file()), None)
+
+
+def casing_beside(source) -> Optional[bool]:
+    """Whether the model at `source` (as `vocab_beside` finds it) was trained on lower-cased text, as
+    it records it: a model dir's config.json or an HF dir's tokenizer_config.json (`do_lower_case`);
+    None where nothing records it (an original TF1 checkpoint, a path that does not exist)."""
+    from electra_tf.checkpoints import hf, model_dir
+    path = Path(source)
+    directory = path if path.is_dir() else path.parent if Path(f"{path}.index").is_file() else None
+    if directory is None:
+        return None
+    config = directory / model_dir.CONFIG_FILE
+    if model_dir.is_model_dir(directory) or (config.is_file() and path.name.startswith("ckpt-")):
+        try:
+            value = json.loads(config.read_text(encoding="utf-8")).get("do_lower_case", True)
+        except (OSError, ValueError, AttributeError):
+            return None  # the model's own reader names the damage
+        return value if isinstance(value, bool) else None
+    recorded = [hf.lower_case(network, None) for network in [directory, *hf.network_dirs(directory).values()]]
+    return next((value for value in recorded if value is not None), None)
 
 
 def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str] = None) -> PretrainedWeights:

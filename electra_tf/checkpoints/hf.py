@@ -334,7 +334,7 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
                      or not (mlm_discriminator and pair[1].startswith("discriminator_predictions."))]
             _to_tf1(tensors[role], pairs, role, dirs[role], values)
     directory = next(iter(dirs.values()))
-    config = dataclasses.replace(config, do_lower_case=_lower_case(directory, config.do_lower_case))
+    config = dataclasses.replace(config, do_lower_case=lower_case(directory, config.do_lower_case))
     return PretrainedWeights(values, config, vocab_beside(path))
 
 
@@ -349,7 +349,7 @@ def _objective(directory: Path) -> Optional[str]:
     return objective
 
 
-def _lower_case(directory: Path, default: bool) -> bool:
+def lower_case(directory: Path, default: Optional[bool]) -> Optional[bool]:
     """The tokenizer's casing, from its tokenizer_config.json (`do_lower_case`), else `default`."""
     try:
         value = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8")).get("do_lower_case")
