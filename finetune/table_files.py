@@ -88,11 +88,11 @@ def _index(columns: List[str], column: Column, path: Path, field: str, header: b
            optional: bool = False) -> Optional[int]:
     if isinstance(column, int):
         return column
-    if optional and column not in columns:
-        return None
-    if not header:
+    if not header:  # an optional column too: without a header its name could never be found
         raise InputError(f"{path}: {field} column {column!r} is a name, but the task says the file has no "
                          f"header: give its index")
+    if optional and column not in columns:
+        return None
     if column not in columns:
         raise InputError(f"{path}:1: no column {column!r} for the {field}; the header's columns are "
                          f"{', '.join(repr(c) for c in columns)}")

@@ -108,6 +108,11 @@ def vocab(tmp_path, vocab_file):
     ({**CSV, "header": False, "text": 0, "label": 1}, {"train.csv": "fine film,pos\ngreat, fun,pos\n",
                                                         "dev.csv": "fine film,pos\n"},
      r"t/train.csv:2: 3 fields, but line 1 has 2"),
+    # a column given by name where the file has no header: an error for the optional id too (it was
+    # never read, silently)
+    ({**CSV, "header": False, "text": 0, "label": 1, "id": "row"}, {"train.csv": "fine film,pos\n",
+                                                                     "dev.csv": "fine film,pos\n"},
+     r"t/train.csv: id column 'row' is a name, but the task says the file has no header: give its index"),
 ])
 def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     with pytest.raises(InputError, match=message):
