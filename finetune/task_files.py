@@ -42,7 +42,9 @@ class TaskFiles:
                                optional=("label", "id") if split == "test" else ("id",))
 
     def card(self) -> dict:
-        """The spec's file layout and columns, as a fine-tuned model carries them (for predicting)."""
+        """The spec's file layout and columns in the model's task_cards.json: what the model reads, for
+        whoever serves it. Predicting reads back only the labels (and tags): the rest it rebuilds from
+        the spec in finetuning_config.json."""
         return {"format": self.layout.format, "quoting": self.layout.quoting, "header": self.layout.header,
                 "text": self.text, "text_b": self.text_b, "label": self.label, "id": self.id}
 
