@@ -4,7 +4,8 @@ It keeps the original's ways where they differ from a user's tagging task (`fine
 the files are `finetuning_data/chunk/{train,dev,test}.txt` (without dev.txt the last tenth of
 train is the dev split), words are always lower-cased, the tags are the BIOES tags found in every
 split present, chunks are scored as the original's scorer reads them (`conlleval_chunks` for
-conlleval's rules) and with no per-type scores, and it trains on 256 tokens when alone.
+conlleval's rules) and with no per-type scores. Like every tagging task it trains on 256 tokens
+when alone (the original's preset for chunk, `TaggingTask.presets`).
 """
 
 import functools
@@ -17,8 +18,6 @@ from finetune.task import EvalSplit
 
 
 class ChunkPreset(TaggingTask):
-    presets = {"max_seq_length": 256}
-
     def __init__(self, root: Optional[str], tags: Optional[List[str]] = None):
         super().__init__(chunking.TASK_NAME, root, {}, scheme="iob2", tags=tags)
 

@@ -8,7 +8,7 @@ unknown key is an InputError. Presets, in order:
 - recipe: "code" keeps the original code's defaults; "paper" applies Table 7 where it differs
   (small lr 3e-4 instead of 1e-4, weight decay 0 instead of 0.01);
 - task: a single-task run of rte or sts trains 10 epochs, any other GLUE task 3; squad / squadv1
-  alone: 512 tokens, 2 epochs; chunk alone: 256 tokens (the task's `presets`);
+  alone: 512 tokens, 2 epochs; a tagging task (chunk too) alone: 256 tokens (the task's `presets`);
 - debug: 1 trial, 100 rows per file, examples logged, and the original's debug model (3 layers, hidden 144).
 Task names may be the original's (mrpc) or the GLUE folder's (MRPC); they are stored in the
 original's form; `tasks` defines the user's own (finetune.task_specs). The QA fields set up
@@ -167,7 +167,7 @@ class FinetuningConfig(HParams):
         tasks = values["task_names"]
         if len(tasks) == 1:
             presets["num_train_epochs"] = 10.0 if tasks[0] in LONG_TASKS else 3.0
-            presets.update(get_task(tasks[0], values["tasks"]).presets)  # squad*: 512 tokens, 2 epochs; chunk: 256
+            presets.update(get_task(tasks[0], values["tasks"]).presets)  # squad*: 512 tokens, 2 epochs; tagging: 256
         if values["debug"]:
             presets.update(DEBUG_PRESETS)
         return presets

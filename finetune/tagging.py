@@ -69,6 +69,9 @@ class TextSentence(Sentence):
 
 class TaggingTask(Task):
     type_name = "tagging"
+    # alone, on the original's length for its one tagging task, chunk: longer sentences, whose words
+    # past max_seq_length are neither trained nor scored, fit whole
+    presets = {"max_seq_length": 256}
     batch_spec = {"labeled_positions": tf.TensorSpec([None, None], tf.int32),
                   "tag_ids": tf.TensorSpec([None, None], tf.int32),
                   "labels_mask": tf.TensorSpec([None, None], tf.float32)}

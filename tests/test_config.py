@@ -426,3 +426,19 @@ def test_finetuning_lower_cases_as_the_weights_it_starts_from_were_trained(tmp_p
     (original / "model.ckpt-1000000.index").write_bytes(b"")
     assert resolved(init_checkpoint=str(original / "model.ckpt-1000000")) is False
     assert resolved("other", init_checkpoint=str(original / "model.ckpt-1000000")) is True
+
+
+def test_a_tagging_task_alone_trains_on_the_originals_chunk_length(tmp_path):
+    """256 tokens for any tagging task trained alone, as the original's chunk (its one tagging
+    task); 128 for a sentence task or a mix; an explicit value wins."""
+    from finetune.config import FinetuningConfig
+    ner = {"type": "tagging", "format": "conll", "train": "ner/train.txt", "dev": "ner/dev.txt"}
+    reviews = {"type": "classification", "format": "csv", "train": "r/train.csv", "dev": "r/dev.csv"}
+
+    def length(names, **hparams):
+        return FinetuningConfig.from_hparams("m", str(tmp_path), {"task_names": names, "tasks": {
+            "ner": ner, "reviews": reviews}, **hparams}).max_seq_length
+
+    assert length(["ner"]) == length(["chunk"]) == 256
+    assert length(["reviews"]) == length(["ner", "reviews"]) == 128
+    assert length(["ner"], max_seq_length=64) == 64
