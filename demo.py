@@ -83,7 +83,7 @@ def pretrain(data_dir: Path, vocab_size: int, args) -> None:
     from electra_tf.training import pretraining_runner
     from electra_tf.training.reporting import read_scalars
     from pretrain_data.inspection import held_out_example
-    from pretrain_data.input_pipeline import pretraining_dataset_fns
+    from pretrain_data.input_pipeline import check_pretraining_data, pretraining_dataset_fns
 
     model_dir = data_dir / "models" / "tiny"
     user, _ = load_hparams(args.hparams)
@@ -104,7 +104,8 @@ def pretrain(data_dir: Path, vocab_size: int, args) -> None:
     if user:
         print(f"      settings changed by --hparams (not the paper's recipe): {user}")
     train_fn, eval_fn = pretraining_dataset_fns(config)
-    output = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config))
+    output = pretraining_runner.run(config, train_fn, eval_fn, pretraining_runner.special_ids(config),
+                                    check_data=lambda: check_pretraining_data(config))
     print(f"(all metrics: {config.results_json})")
     print("[5/7] held-out learning curve (every held-out example, same masks at every step):")
     print(eval_curve_table(model_dir))

@@ -70,7 +70,7 @@ class FinetuningConfig(HParams):
     model_hparam_overrides: dict = dataclasses.field(default_factory=dict, metadata={"fields": BertConfig})
     embedding_size: Optional[int] = None
     vocab_size: int = 30522
-    do_lower_case: Optional[bool] = None  # None: as the pretrained model records it; True where it records nothing
+    do_lower_case: Optional[bool] = None  # None: as init_checkpoint records it; True where it records nothing
     # Training
     recipe: str = "code"  # "code": the original code's defaults; "paper": Table 7's values
     learning_rate: float = 1e-4
@@ -168,6 +168,10 @@ class FinetuningConfig(HParams):
         if len(tasks) == 1:
             presets["num_train_epochs"] = 10.0 if tasks[0] in LONG_TASKS else 3.0
             presets.update(get_task(tasks[0], values["tasks"]).presets)  # squad*: 512 tokens, 2 epochs; tagging: 256
+            if "max_seq_length" in presets:  # no longer than the model's position table
+                positions = values["model_hparam_overrides"].get("max_position_embeddings")
+                positions = positions if isinstance(positions, int) else BertConfig.max_position_embeddings
+                presets["max_seq_length"] = min(presets["max_seq_length"], positions)
         if values["debug"]:
             presets.update(DEBUG_PRESETS)
         return presets
@@ -186,9 +190,9 @@ class FinetuningConfig(HParams):
         if self.vocab_file is None:  # the vocab the weights to start from were trained with (the model dir's by default)
             self.vocab_file = (vocab_beside(self.init_checkpoint) or vocab_beside(pretrained)
                                or os.path.join(self.data_dir, "vocab.txt"))
-        if self.do_lower_case is None:  # the casing those weights were trained with, as with the vocab
-            recorded = (casing_beside(self.init_checkpoint), casing_beside(pretrained), True)
-            self.do_lower_case = next(value for value in recorded if value is not None)
+        if self.do_lower_case is None:  # the casing the weights to start from were trained with
+            recorded = casing_beside(self.init_checkpoint)
+            self.do_lower_case = True if recorded is None else recorded
         self._validate()
 
     @property

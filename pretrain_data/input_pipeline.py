@@ -101,7 +101,8 @@ def check_pretraining_data(config) -> None:
                 check_shard(path)
             check_record_length(files, config.max_seq_length)
             check_build_vocab(files, config.vocab_file)
-            check_build_casing(files, config.do_lower_case)
+            if config.do_train:  # what config.json will record; evaluating pre-tokenized records needs no casing
+                check_build_casing(files, config.do_lower_case)
 
 
 def _build_stats(files: List[str]) -> Iterator[Tuple[Path, Path, dict]]:

@@ -397,9 +397,9 @@ def test_finetuning_reads_the_vocab_beside_the_weights_it_starts_from(tmp_path):
 
 
 def test_finetuning_lower_cases_as_the_weights_it_starts_from_were_trained(tmp_path):
-    """do_lower_case's default is what the pretrained model records (a model dir's config.json, an
-    HF dir's or export's tokenizer_config.json), found as the vocab is; True where nothing records
-    it (a TF1 checkpoint, no model yet), as the original; an explicit value wins."""
+    """do_lower_case's default is what init_checkpoint records (a model dir's config.json, its
+    ckpt-N's, an HF dir's or export's tokenizer_config.json); True where nothing records it (a TF1
+    checkpoint, no model yet), as the original, never another model's; an explicit value wins."""
     from finetune.config import FinetuningConfig
 
     def resolved(name="m", **hparams):
@@ -421,11 +421,15 @@ def test_finetuning_lower_cases_as_the_weights_it_starts_from_were_trained(tmp_p
     assert resolved(init_checkpoint=str(export)) is True
     (export / "discriminator" / "tokenizer_config.json").write_text('{"do_lower_case": false}')
     assert resolved("other", init_checkpoint=str(export)) is False
-    original = tmp_path / "electra_small"  # a TF1 checkpoint records no casing: the model dir's, then True
+    (export / "discriminator" / "tokenizer_config.json").unlink()  # an HF download's casing at its top
+    (export / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert resolved("other", init_checkpoint=str(export)) is False
+    original = tmp_path / "electra_small"  # a TF1 checkpoint records no casing: True, not models/m's
     original.mkdir()
     (original / "model.ckpt-1000000.index").write_bytes(b"")
-    assert resolved(init_checkpoint=str(original / "model.ckpt-1000000")) is False
-    assert resolved("other", init_checkpoint=str(original / "model.ckpt-1000000")) is True
+    assert resolved(init_checkpoint=str(original)) is True
+    (original / "config.json").write_text("{not json")  # nor is a damaged neighbour of a prefix an error
+    assert resolved(init_checkpoint=str(original / "model.ckpt-1000000")) is True
 
 
 def test_a_tagging_task_alone_trains_on_the_originals_chunk_length(tmp_path):
@@ -442,3 +446,4 @@ def test_a_tagging_task_alone_trains_on_the_originals_chunk_length(tmp_path):
     assert length(["ner"]) == length(["chunk"]) == 256
     assert length(["reviews"]) == length(["ner", "reviews"]) == 128
     assert length(["ner"], max_seq_length=64) == 64
+    assert length(["ner"], model_hparam_overrides={"max_position_embeddings": 128}) == 128  # the table's size

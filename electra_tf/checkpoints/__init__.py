@@ -64,18 +64,21 @@ def casing_beside(source) -> Optional[bool]:
     None where nothing records it (an original TF1 checkpoint, a path that does not exist)."""
     from electra_tf.checkpoints import hf, model_dir
     path = Path(source)
-    directory = path if path.is_dir() else path.parent if Path(f"{path}.index").is_file() else None
-    if directory is None:
-        return None
-    config = directory / model_dir.CONFIG_FILE
-    if model_dir.is_model_dir(directory) or (config.is_file() and path.name.startswith("ckpt-")):
+    if path.is_dir():
+        directory = path if model_dir.is_model_dir(path) else None
+    else:  # a checkpoint prefix: a model dir's ckpt-N, or an original TF1 checkpoint (which records nothing)
+        prefix = Path(f"{path}.index").is_file() and path.name.startswith("ckpt-")
+        directory = path.parent if prefix and (path.parent / model_dir.CONFIG_FILE).is_file() else None
+    if directory is not None:
         try:
-            value = json.loads(config.read_text(encoding="utf-8")).get("do_lower_case", True)
+            value = json.loads((directory / model_dir.CONFIG_FILE).read_text(encoding="utf-8")).get("do_lower_case", True)
         except (OSError, ValueError, AttributeError):
             return None  # the model's own reader names the damage
         return value if isinstance(value, bool) else None
-    recorded = [hf.lower_case(network, None) for network in [directory, *hf.network_dirs(directory).values()]]
-    return next((value for value in recorded if value is not None), None)
+    try:
+        return hf.recorded_lower_case(path) if path.is_dir() else None
+    except InputError:
+        return None  # not an HF dir after all (a damaged config.json): loading it names the problem
 
 
 def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str] = None) -> PretrainedWeights:

@@ -333,8 +333,8 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
             pairs = [pair for pair in networks[role].pairs if pair[1] in tensors[role]
                      or not (mlm_discriminator and pair[1].startswith("discriminator_predictions."))]
             _to_tf1(tensors[role], pairs, role, dirs[role], values)
-    directory = next(iter(dirs.values()))
-    config = dataclasses.replace(config, do_lower_case=lower_case(directory, config.do_lower_case))
+    recorded = recorded_lower_case(path)
+    config = dataclasses.replace(config, do_lower_case=config.do_lower_case if recorded is None else recorded)
     return PretrainedWeights(values, config, vocab_beside(path))
 
 
@@ -349,10 +349,14 @@ def _objective(directory: Path) -> Optional[str]:
     return objective
 
 
-def lower_case(directory: Path, default: Optional[bool]) -> Optional[bool]:
-    """The tokenizer's casing, from its tokenizer_config.json (`do_lower_case`), else `default`."""
-    try:
-        value = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8")).get("do_lower_case")
-    except (OSError, ValueError, AttributeError):
-        return default
-    return value if isinstance(value, bool) else default
+def recorded_lower_case(path) -> Optional[bool]:
+    """The casing an HF dir's tokenizer records (`do_lower_case` in tokenizer_config.json): its first
+    network dir's (an export's discriminator/), else the top dir's; None where neither says."""
+    for directory in [*network_dirs(path).values(), Path(path)]:
+        try:
+            value = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8")).get("do_lower_case")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, bool):
+            return value
+    return None
