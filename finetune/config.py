@@ -17,7 +17,9 @@ accepted for compatibility: features are built in memory here, never cached.
 """
 
 import dataclasses
+import json
 import os
+from pathlib import Path
 from typing import List, Optional
 
 from electra_tf.checkpoints import casing_beside, vocab_beside
@@ -26,6 +28,8 @@ from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
 from finetune.tasks import canonical_name, check_user_tasks, get_task
+
+RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
 
 RECIPES = ("code", "paper")
 LOSS_REDUCTIONS = ("sum", "mean")
@@ -192,6 +196,8 @@ class FinetuningConfig(HParams):
                                or os.path.join(self.data_dir, "vocab.txt"))
         if self.do_lower_case is None:  # the casing the weights to start from were trained with
             recorded = casing_beside(self.init_checkpoint)
+            if recorded is None:  # a fine-tuned trial's dir, evaluated or trained further: its run's
+                recorded = _run_casing(self.init_checkpoint)
             self.do_lower_case = True if recorded is None else recorded
         self._validate()
 
@@ -266,3 +272,12 @@ class FinetuningConfig(HParams):
         _require(self.max_seq_length <= encoder.max_position_embeddings,
                  f"max_seq_length {self.max_seq_length} exceeds max_position_embeddings "
                  f"{encoder.max_position_embeddings}")
+
+
+def _run_casing(model_dir) -> Optional[bool]:
+    """`do_lower_case` of the run whose finetuning_config.json lies in `model_dir` (None without one)."""
+    try:
+        value = json.loads((Path(model_dir) / RUN_CONFIG).read_text(encoding="utf-8")).get("do_lower_case")
+    except (OSError, ValueError, AttributeError):
+        return None  # no trial's dir, or a damaged config, which loading the trial names
+    return value if isinstance(value, bool) else None

@@ -54,7 +54,7 @@ from electra_tf.training.distribution import (create_strategy, distribute_rows, 
 from electra_tf.training.interruption import ClusterStops, Interruption
 from electra_tf.training.reporting import GradientNorm, Reporter
 from electra_tf.training.train_step import make_train_step
-from finetune.config import FinetuningConfig
+from finetune.config import RUN_CONFIG, FinetuningConfig
 from finetune.inputs import eval_batches, steps_per_epoch, train_batches
 from finetune.model import FinetuningModel
 from finetune.model_selection import ModelSelection, Scores, main_score
@@ -67,7 +67,6 @@ from finetune.writing import guarded
 FINETUNED = "finetuned"  # checkpoint prefix of a fine-tuned model in its model dir
 BEST = "best"  # the best evaluation's checkpoint (keep_best_model, early_stopping_patience)
 INTERRUPTED = "interrupted"  # a trial stopped by a signal: its checkpoint, and `interrupted.json` (step, scores)
-RUN_CONFIG = "finetuning_config.json"  # the run's FinetuningConfig, saved beside its fine-tuned models
 TENSORBOARD = "tensorboard"  # a trial's TensorBoard events: tensorboard/{train,eval} in its model dir
 TASK_CARDS = "task_cards.json"  # {task: Task.card()}: labels, tags, columns, for predicting later
 

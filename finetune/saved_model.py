@@ -31,10 +31,10 @@ from electra_tf.checkpoints.saved_model import EMBED, SIGNATURE, check_precision
 from electra_tf.errors import InputError
 from electra_tf.tokenization import Tokenizer
 from electra_tf.training.distribution import precision_scope
-from finetune.config import FinetuningConfig
+from finetune.config import RUN_CONFIG, FinetuningConfig
 from finetune.model import FinetuningModel
 from finetune.multitask import batch_spec, complete
-from finetune.runner import FINETUNED, INTERRUPTED, RUN_CONFIG, TASK_CARDS
+from finetune.runner import FINETUNED, INTERRUPTED, TASK_CARDS
 from finetune.tasks import canonical_name, get_task, run_tasks
 
 EXTRA = "assets.extra"  # a SavedModel's files beside its graph: the run's config, cards and vocab

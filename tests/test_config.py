@@ -398,7 +398,8 @@ def test_finetuning_reads_the_vocab_beside_the_weights_it_starts_from(tmp_path):
 
 def test_finetuning_lower_cases_as_the_weights_it_starts_from_were_trained(tmp_path):
     """do_lower_case's default is what init_checkpoint records (a model dir's config.json, its
-    ckpt-N's, an HF dir's or export's tokenizer_config.json); True where nothing records it (a TF1
+    ckpt-N's, an HF dir's or export's tokenizer_config.json, a fine-tuned trial's
+    finetuning_config.json); True where nothing records it (a TF1
     checkpoint, no model yet), as the original, never another model's; an explicit value wins."""
     from finetune.config import FinetuningConfig
 
@@ -428,6 +429,10 @@ def test_finetuning_lower_cases_as_the_weights_it_starts_from_were_trained(tmp_p
     original.mkdir()
     (original / "model.ckpt-1000000.index").write_bytes(b"")
     assert resolved(init_checkpoint=str(original)) is True
+    trial = tmp_path / "models" / "m" / "finetuning_models" / "mrpc_model_1"  # a fine-tuned trial: its run's
+    trial.mkdir(parents=True)
+    (trial / "finetuning_config.json").write_text('{"do_lower_case": false}')
+    assert resolved("other", init_checkpoint=str(trial), do_train=False) is False
     (original / "config.json").write_text("{not json")  # nor is a damaged neighbour of a prefix an error
     assert resolved(init_checkpoint=str(original / "model.ckpt-1000000")) is True
 
