@@ -240,7 +240,7 @@ def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_lengt
     false leaves the words to the tokenizer (a cased model's)."""
     words = [uncased(w) if lowercase else w for s in sentences for w in s.words]
     pieces = _tokenize(tokenizer, words)
-    token_ids, positions, labels, cursor, cut = [], [], [], 0, 0
+    token_ids, positions, labels, cursor, cut, sentences_cut = [], [], [], 0, 0, 0
     for sentence in sentences:
         n_words = len(sentence.words)
         ids, tagged = [tokenizer.cls_id], []
@@ -251,6 +251,7 @@ def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_lengt
             ids += [int(p) for p in word_pieces]
         cursor += n_words
         cut += n_words - len(tagged)
+        sentences_cut += len(tagged) < n_words
         token_ids.append(np.asarray(ids + [tokenizer.sep_id], np.int32))
         positions.append(np.asarray(tagged, np.int32))
         if sentence.tags is None:  # to be predicted: no gold tags to map (the labels only count the words)
@@ -265,7 +266,7 @@ def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_lengt
     n = len(sentences)
     segment_ids = [np.ones(len(ids), np.int32) for ids in token_ids]  # all 1, as the original
     return TaggingFeatures(token_ids, segment_ids, np.full(n, task_id, np.int32), np.zeros(n, np.int32),
-                           np.zeros(n, np.float32), positions, labels, cut)
+                           np.zeros(n, np.float32), positions, labels, cut, cut=sentences_cut)
 
 
 def tagging_batch(features: TaggingFeatures, indices: Sequence[int], pad_to: Optional[int] = None) -> dict:

@@ -29,6 +29,7 @@ class Features:
     task_id: np.ndarray  # int32 [N]
     label_ids: np.ndarray  # int32 [N]
     targets: np.ndarray  # float32 [N]
+    cut: int = dataclasses.field(default=0, kw_only=True)  # examples max_seq_length cut short
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -41,7 +42,7 @@ class Features:
     def concatenate(parts: Sequence["Features"]) -> "Features":
         return Features([t for p in parts for t in p.token_ids], [s for p in parts for s in p.segment_ids],
                         np.concatenate([p.task_id for p in parts]), np.concatenate([p.label_ids for p in parts]),
-                        np.concatenate([p.targets for p in parts]))
+                        np.concatenate([p.targets for p in parts]), cut=sum(p.cut for p in parts))
 
 
 def _tokenize(tokenizer: Tokenizer, texts: List[str]) -> List[np.ndarray]:
@@ -71,18 +72,20 @@ def featurize(examples, tokenizer: Tokenizer, max_seq_length: int, task_id: int,
     tokens_a = _tokenize(tokenizer, [e.text_a for e in examples])
     pairs = examples[0].text_b is not None
     tokens_b = _tokenize(tokenizer, [e.text_b for e in examples]) if pairs else [[]] * len(examples)
-    token_ids, segment_ids = [], []
+    token_ids, segment_ids, cut = [], [], 0
     for a, b in zip(tokens_a, tokens_b):
         # the original's `if tokens_b:` before the cut (the budget) and after it (a second text cut to
         # nothing, at max_seq_length 4 and below, is no segment)
-        a, b = truncate_pair(a, b, max_seq_length - (3 if len(b) else 2))
+        budget = max_seq_length - (3 if len(b) else 2)
+        cut += len(a) + len(b) > budget
+        a, b = truncate_pair(a, b, budget)
         ids = [tokenizer.cls_id, *a, tokenizer.sep_id] + ([*b, tokenizer.sep_id] if len(b) else [])
         token_ids.append(np.asarray(ids, np.int32))
         segment_ids.append(np.asarray([0] * (len(a) + 2) + [1] * (len(ids) - len(a) - 2), np.int32))
     labels = [0.0 if e.label is None else e.label for e in examples]
     return Features(token_ids, segment_ids, np.full(len(examples), task_id, np.int32),
                     np.asarray([0 if is_regression else int(x) for x in labels], np.int32),
-                    np.asarray([float(x) if is_regression else 0.0 for x in labels], np.float32))
+                    np.asarray([float(x) if is_regression else 0.0 for x in labels], np.float32), cut=cut)
 
 
 def pad_batch(features: Features, indices: Sequence[int], pad_to: Optional[int] = None) -> dict:

@@ -74,6 +74,9 @@ def load_task_data(config: FinetuningConfig, tokenizer: Tokenizer) -> TaskData:
     def split_features(task_id: int, task: Task, split: str, limit: Optional[int]):
         examples = task.read(config, split, limit)
         features = task.featurize(examples, tokenizer, config, task_id, split)
+        if features.cut:  # the original cuts silently; a user's long texts should not be
+            print(f"{task.name} {split}: {features.cut:,} of {len(examples):,} examples do not fit "
+                  f"max_seq_length {config.max_seq_length} tokens and were cut", flush=True)
         if config.log_examples and len(features):
             _log_example(task, split, features, tokenizer)
         return examples, features

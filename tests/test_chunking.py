@@ -115,6 +115,8 @@ def test_featurize_labels_first_sub_tokens(conll, tokenizer):
     assert max(len(ids) for ids in short.token_ids) <= 24 and short.words_cut > 0
     kept = sum(len(p) for p in short.labeled_positions)
     assert kept + short.words_cut == sum(len(s.words) for s in test[:50])
+    assert features.cut == 0 and short.cut == sum(len(p) < len(s.words) for p, s in zip(short.labeled_positions,
+                                                                                       test[:50])) > 0
 
 
 def test_a_tag_outside_the_mapping_names_the_file_and_line(conll, tokenizer):

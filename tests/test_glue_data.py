@@ -210,6 +210,7 @@ def test_a_pair_without_second_tokens_is_a_single_sentence(vocab_file):
     # nothing of the second, which is then no segment (no second [SEP])
     short = featurize([glue.Example(0, "a cat", "dog", 0)], tokenizer, 4, task_id=0, is_regression=False)
     assert short.token_ids[0].tolist() == [cls, a, sep] and short.segment_ids[0].tolist() == [0, 0, 0]
+    assert features.cut == 2 and short.cut == 1  # the examples that lost tokens (the run prints how many)
 
 
 def test_length_bucketing_pads_to_the_longest_in_each_batch():

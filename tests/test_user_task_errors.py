@@ -146,6 +146,16 @@ def test_an_undefined_task_name_lists_the_defined_ones(tmp_path):
         FinetuningConfig.from_hparams("m", str(tmp_path), {**HPARAMS, "task_names": ["reviews"], "tasks": {"t": CSV}})
 
 
+def test_the_run_says_how_many_examples_max_seq_length_cut(tmp_path, capsys):
+    """The original cuts long texts silently; a user's run says, per split, how many."""
+    long_text = " ".join(["film"] * 40)
+    load(tmp_path, CSV, {"train.csv": f"text,label\n{long_text},pos\nfine,neg\n{long_text} again,neg\n",
+                         "dev.csv": GOOD_CSV})
+    out = capsys.readouterr().out
+    assert "t train: 2 of 3 examples do not fit max_seq_length 32 tokens and were cut" in out
+    assert "t dev:" not in out  # nothing cut there
+
+
 def test_a_test_files_labels_are_not_read(tmp_path):
     """They are to be predicted: a label train never had, a placeholder (-1, as HF datasets write
     for test rows) or a blank cell is no error, for classification as for regression."""
