@@ -59,9 +59,10 @@ def vocab_beside(source) -> Optional[str]:
 
 
 def casing_beside(source) -> Optional[bool]:
-    """Whether the model at `source` (as `vocab_beside` finds it) was trained on lower-cased text, as
-    it records it: a model dir's config.json or an HF dir's tokenizer_config.json (`do_lower_case`);
-    None where nothing records it (an original TF1 checkpoint, a path that does not exist)."""
+    """Whether the model at `source` (a model dir or its ckpt-N, an HF dir or export) was trained on
+    lower-cased text, as it records it: the model dir's config.json or the HF dir's
+    tokenizer_config.json (`do_lower_case`); None where nothing records it (an original TF1
+    checkpoint, a path that does not exist)."""
     from electra_tf.checkpoints import hf, model_dir
     path = Path(source)
     if path.is_dir():
