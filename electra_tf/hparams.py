@@ -17,7 +17,7 @@ import math
 import os
 import typing
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Union
+from typing import Any, ClassVar, Mapping, Optional, Union
 
 from electra_tf import atomic_files
 from electra_tf.errors import InputError
@@ -216,3 +216,14 @@ class HParams:
             elif f.init and f.default_factory is not dataclasses.MISSING:
                 defaults[f.name] = f.default_factory()
         return defaults
+
+
+def recorded_flag(path: Union[str, os.PathLike], name: str, default: Optional[bool] = None) -> Optional[bool]:
+    """`name` in the JSON object a tool wrote to `path` (a config.json, tokenizer_config.json, ...)
+    when it is true or false; else `default` (absent) or None (no such file, damaged, not a flag):
+    whoever reads the file in full names the damage."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8")).get(name, default)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, bool) else None

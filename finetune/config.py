@@ -17,7 +17,6 @@ accepted for compatibility: features are built in memory here, never cached.
 """
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import List, Optional
@@ -25,7 +24,7 @@ from typing import List, Optional
 from electra_tf.checkpoints import casing_beside, vocab_beside
 from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, PRECISIONS
 from electra_tf.errors import InputError
-from electra_tf.hparams import HParams, HParamsSource
+from electra_tf.hparams import HParams, HParamsSource, recorded_flag
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
 from finetune.tasks import canonical_name, check_user_tasks, get_task
 
@@ -173,8 +172,8 @@ class FinetuningConfig(HParams):
             presets["num_train_epochs"] = 10.0 if tasks[0] in LONG_TASKS else 3.0
             presets.update(get_task(tasks[0], values["tasks"]).presets)  # squad*: 512 tokens, 2 epochs; tagging: 256
             if "max_seq_length" in presets:  # no longer than the model's position table
-                positions = values["model_hparam_overrides"].get("max_position_embeddings")
-                positions = positions if isinstance(positions, int) else BertConfig.max_position_embeddings
+                positions = values["model_hparam_overrides"].get("max_position_embeddings",
+                                                                 BertConfig.max_position_embeddings)  # type-checked
                 presets["max_seq_length"] = min(presets["max_seq_length"], positions)
         if values["debug"]:
             presets.update(DEBUG_PRESETS)
@@ -197,7 +196,7 @@ class FinetuningConfig(HParams):
         if self.do_lower_case is None:  # the casing the weights to start from were trained with
             recorded = casing_beside(self.init_checkpoint)
             if recorded is None:  # a fine-tuned trial's dir, evaluated or trained further: its run's
-                recorded = _run_casing(self.init_checkpoint)
+                recorded = recorded_flag(Path(self.init_checkpoint) / RUN_CONFIG, "do_lower_case")
             self.do_lower_case = True if recorded is None else recorded
         self._validate()
 
@@ -273,11 +272,3 @@ class FinetuningConfig(HParams):
                  f"max_seq_length {self.max_seq_length} exceeds max_position_embeddings "
                  f"{encoder.max_position_embeddings}")
 
-
-def _run_casing(model_dir) -> Optional[bool]:
-    """`do_lower_case` of the run whose finetuning_config.json lies in `model_dir` (None without one)."""
-    try:
-        value = json.loads((Path(model_dir) / RUN_CONFIG).read_text(encoding="utf-8")).get("do_lower_case")
-    except (OSError, ValueError, AttributeError):
-        return None  # no trial's dir, or a damaged config, which loading the trial names
-    return value if isinstance(value, bool) else None

@@ -7,7 +7,6 @@ TF1 variable names (docs/fidelity.md#checkpoint-names, without ":0"), plus the P
 loaded, missing and unused.
 """
 
-import json
 from pathlib import Path
 from typing import Dict, NamedTuple, Optional
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
+from electra_tf.hparams import recorded_flag
 from electra_tf.checkpoints.report import LoadReport, assign_weights, variable_name
 
 
@@ -70,12 +70,8 @@ def casing_beside(source) -> Optional[bool]:
     else:  # a checkpoint prefix: a model dir's ckpt-N, or an original TF1 checkpoint (which records nothing)
         prefix = Path(f"{path}.index").is_file() and path.name.startswith("ckpt-")
         directory = path.parent if prefix and (path.parent / model_dir.CONFIG_FILE).is_file() else None
-    if directory is not None:
-        try:
-            value = json.loads((directory / model_dir.CONFIG_FILE).read_text(encoding="utf-8")).get("do_lower_case", True)
-        except (OSError, ValueError, AttributeError):
-            return None  # the model's own reader names the damage
-        return value if isinstance(value, bool) else None
+    if directory is not None:  # PretrainingConfig's default where an older config.json lacks the field
+        return recorded_flag(directory / model_dir.CONFIG_FILE, "do_lower_case", default=True)
     try:
         return hf.recorded_lower_case(path) if path.is_dir() else None
     except InputError:

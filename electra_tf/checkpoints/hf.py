@@ -26,6 +26,7 @@ import numpy as np
 
 from electra_tf.config import PRETRAINING_OBJECTIVES, PretrainingConfig, has_discriminator_mlm_head
 from electra_tf.errors import InputError
+from electra_tf.hparams import recorded_flag
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON
 from electra_tf.checkpoints.original import infer_config
@@ -352,11 +353,6 @@ def _objective(directory: Path) -> Optional[str]:
 def recorded_lower_case(path) -> Optional[bool]:
     """The casing an HF dir's tokenizer records (`do_lower_case` in tokenizer_config.json): its first
     network dir's (an export's discriminator/), else the top dir's; None where neither says."""
-    for directory in [*network_dirs(path).values(), Path(path)]:
-        try:
-            value = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8")).get("do_lower_case")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(value, bool):
-            return value
-    return None
+    recorded = (recorded_flag(directory / "tokenizer_config.json", "do_lower_case")
+                for directory in [*network_dirs(path).values(), Path(path)])
+    return next((value for value in recorded if value is not None), None)
