@@ -57,4 +57,4 @@ def write_hf_model(trial_dir: Path, out: Path, architecture: str, head_tensors, 
                     id2label={i: str(label) for i, label in enumerate(labels)},
                     label2id={str(label): i for i, label in enumerate(labels)})
     hf.write_network_dir(out, {k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, document,
-                         trial_dir / "vocab.txt", config.do_lower_case)
+                         trial_dir / "vocab.txt", config)

@@ -142,6 +142,9 @@ class PretrainingConfig(HParams):
     embedding_size: Optional[int] = None  # None means the hidden size
     vocab_size: int = 30522
     do_lower_case: bool = True
+    # Not a field of the original's configure_pretraining: its build had the flag (--no-strip-accents)
+    # but fine-tuning always stripped; here the model records how its text was normalised.
+    do_strip_accents: bool = True  # drop accents when lower-casing (no effect without it)
     uniform_generator: bool = False  # fake tokens drawn uniformly; no generator network
     untied_generator_embeddings: bool = False  # generator gets its own embeddings
     untied_generator: bool = True  # True: a separate generator; False: the discriminator itself

@@ -107,7 +107,7 @@ class FillMask:
         self.config = weights.config
         network = build_network(self.config)
         assign_weights(network.generator.variables + network.generator_head.variables, weights.values)
-        self.tokenizer = Tokenizer(weights.vocab_file, do_lower_case=self.config.do_lower_case)
+        self.tokenizer = Tokenizer.of_config(weights.vocab_file, self.config)
         self.graph = FillMaskGraph(self.tokenizer, network, self.config.max_seq_length)
 
     def __call__(self, texts: Sequence[str], top_k: int = 5,

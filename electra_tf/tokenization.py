@@ -148,6 +148,12 @@ class Tokenizer(tf.Module):
         )
         self._ascii_word_ids = functools.lru_cache(_WORD_CACHE_SIZE)(self._greedy_word_ids)
 
+    @classmethod
+    def of_config(cls, vocab_file, config) -> "Tokenizer":
+        """The tokenizer a pretraining or fine-tuning config's model reads text with: its
+        `do_lower_case` and `do_strip_accents`."""
+        return cls(vocab_file, do_lower_case=config.do_lower_case, strip_accents=config.do_strip_accents)
+
     def basic_tokenize(self, texts) -> tf.RaggedTensor:
         """tf.string [B] -> tf.string [B, (words)]: cleaned, cased as configured, punctuation-split.
 

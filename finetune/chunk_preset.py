@@ -37,8 +37,7 @@ class ChunkPreset(TaggingTask):
     def own_format(self, suffix: str) -> Optional[str]:
         return "conll" if suffix == ".txt" else None  # CoNLL-2000's own files
 
-    def lowercase(self, do_lower_case: bool) -> bool:
-        return True  # the original lower-cases its tagging words whatever do_lower_case says
+    uncased_words = True  # the original lower-cases its tagging words whatever do_lower_case says
 
     def score(self, config, split: EvalSplit, predictions, loss: float) -> Dict[str, float]:
         scores = chunking.score(split.features, predictions, self.mapping, config.conlleval_chunks)

@@ -235,10 +235,10 @@ class TaggingFeatures(Features):
 
 
 def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_length: int,
-              mapping: Dict[str, int], task_id: int = 0, lowercase: bool = True) -> TaggingFeatures:
-    """`lowercase`: lower-case and strip accents from every word first (the original's, always);
-    false leaves the words to the tokenizer (a cased model's)."""
-    words = [uncased(w) if lowercase else w for s in sentences for w in s.words]
+              mapping: Dict[str, int], task_id: int = 0, uncased_words: bool = True) -> TaggingFeatures:
+    """`uncased_words`: lower-case and strip accents from every word first (the original's, always);
+    false leaves the words to the tokenizer, which normalises them as the model was trained."""
+    words = [uncased(w) if uncased_words else w for s in sentences for w in s.words]
     pieces = _tokenize(tokenizer, words)
     token_ids, positions, labels, cursor, cut, sentences_cut = [], [], [], 0, 0, 0
     for sentence in sentences:

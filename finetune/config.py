@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import List, Optional
 
-from electra_tf.checkpoints import casing_beside, vocab_beside
+from electra_tf.checkpoints import CASING_FIELDS, casing_beside, vocab_beside
 from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, PRECISIONS
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParams, HParamsSource, recorded_flag
@@ -74,6 +74,7 @@ class FinetuningConfig(HParams):
     embedding_size: Optional[int] = None
     vocab_size: int = 30522
     do_lower_case: Optional[bool] = None  # None: as init_checkpoint records it; True where it records nothing
+    do_strip_accents: Optional[bool] = None  # as do_lower_case; not in the original, which always stripped
     # Training
     recipe: str = "code"  # "code": the original code's defaults; "paper": Table 7's values
     learning_rate: float = 1e-4
@@ -193,11 +194,12 @@ class FinetuningConfig(HParams):
         if self.vocab_file is None:  # the vocab the weights to start from were trained with (the model dir's by default)
             self.vocab_file = (vocab_beside(self.init_checkpoint) or vocab_beside(pretrained)
                                or os.path.join(self.data_dir, "vocab.txt"))
-        if self.do_lower_case is None:  # the casing the weights to start from were trained with
-            recorded = casing_beside(self.init_checkpoint)
-            if recorded is None:  # a fine-tuned trial's dir, evaluated or trained further: its run's
-                recorded = recorded_flag(Path(self.init_checkpoint) / RUN_CONFIG, "do_lower_case")
-            self.do_lower_case = True if recorded is None else recorded
+        if None in (self.do_lower_case, self.do_strip_accents):  # the casing the weights to start from were trained with
+            recorded = casing_beside(self.init_checkpoint) or {  # else a fine-tuned trial's dir (evaluated, trained further)
+                name: recorded_flag(Path(self.init_checkpoint) / RUN_CONFIG, name) for name in CASING_FIELDS}
+            for name in CASING_FIELDS:
+                if getattr(self, name) is None:
+                    setattr(self, name, True if recorded.get(name) is None else recorded[name])
         self._validate()
 
     @property

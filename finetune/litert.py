@@ -119,7 +119,7 @@ class LiteServer:
         self.labels = np.array(self.card["labels"], object)
         self.config, self.task = read_served(export_dir)
         self.task_id = self.config.task_names.index(self.task.name)
-        self.tokenizer = Tokenizer(export_dir / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
+        self.tokenizer = Tokenizer.of_config(export_dir / VOCAB_FILE, self.config)
         self.run = interpreter((export_dir / MODEL_FILE).read_bytes(), threads, str(export_dir / MODEL_FILE))
 
     def __call__(self, text_a, text_b=None) -> dict:

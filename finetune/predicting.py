@@ -49,7 +49,7 @@ class Predictor:
 
     def __init__(self, model_dir, task: Optional[str] = None, embeddings: bool = False, int8: bool = False):
         model, self.config, self.task = load_finetuned(model_dir, task)
-        self.tokenizer = Tokenizer(model_files(model_dir) / VOCAB_FILE, do_lower_case=self.config.do_lower_case)
+        self.tokenizer = Tokenizer.of_config(model_files(model_dir) / VOCAB_FILE, self.config)
         self.task_id = self.config.task_names.index(self.task.name)
         self.encoder, self.head = model.encoder, model.head_of(self.task.name)
         self.embeddings = embeddings

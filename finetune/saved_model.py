@@ -178,7 +178,7 @@ def build_server(model_dir, task: Optional[str] = None, precision: str = "float3
     in `precision`."""
     model, config, served = load_finetuned(model_dir, task, precision)
     model.encoder.freeze_qkv()
-    tokenizer = Tokenizer(model_files(model_dir) / VOCAB_FILE, do_lower_case=config.do_lower_case)
+    tokenizer = Tokenizer.of_config(model_files(model_dir) / VOCAB_FILE, config)
     return served.server(tokenizer, model, config, precision)
 
 

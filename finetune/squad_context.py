@@ -60,19 +60,18 @@ class Paragraph:
                    np.asarray(char_to_word, np.int32))
 
 
-def _normalized_chars(word: str, lower: bool) -> Tuple[str, List[int]]:
-    """The word as WordPiece sees it (cleaned; lower-cased and accent-stripped if `lower`) and, for
-    each of its characters, the index of the word character it came from."""
+def _normalized_chars(word: str, lower: bool, strip_accents: bool) -> Tuple[str, List[int]]:
+    """The word as WordPiece sees it (cleaned; lower-cased if `lower`, and then accent-stripped if
+    `strip_accents`) and, for each of its characters, the index of the word character it came from."""
     if word.isascii():
         return (word.lower() if lower else word), list(range(len(word)))
     text, origin = [], []
     for index, char in enumerate(word):
         if char in "\x00\ufffd" or unicodedata.category(char).startswith("C"):
             continue
-        piece = char
-        if lower:
-            piece = "".join(c for c in unicodedata.normalize("NFD", char.lower())
-                            if unicodedata.category(c) != "Mn")
+        piece = char.lower() if lower else char
+        if lower and strip_accents:
+            piece = "".join(c for c in unicodedata.normalize("NFD", piece) if unicodedata.category(c) != "Mn")
         text.append(piece)
         origin += [index] * len(piece)
     return "".join(text), origin
@@ -103,7 +102,7 @@ def align_tokens(paragraph: Paragraph, word_ids: Sequence[np.ndarray], tokenizer
     ids, words, starts, ends = [], [], [], []
     for w, (word, pieces) in enumerate(zip(paragraph.words, word_ids)):
         offset, word_end = int(paragraph.word_start[w]), int(paragraph.word_end[w])
-        normalized, origin = _normalized_chars(word, tokenizer.do_lower_case)
+        normalized, origin = _normalized_chars(word, tokenizer.do_lower_case, tokenizer.strip_accents)
         position, aligned = 0, True
         for token_id in pieces:
             piece = tokenizer.vocab[int(token_id)]

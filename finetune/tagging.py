@@ -7,9 +7,10 @@ named by `text` and `label`). Tags are IOB1, IOB2 or BIOES (`scheme`) of any ent
 become BIOES over the entities read by conlleval's rules, and the head predicts the BIOES tags of
 every split file (as the original's chunking task; an entity type train lacks is an error).
 Words are featurized as the original's chunking task does (`finetune.chunking`: the first
-sub-token of each word is labelled), lower-cased when the run's `do_lower_case` is (a cased
-model sees cased words). Scores: entity precision, recall and F1 by conlleval's rules, overall
-and per type (`<type>/f1`, ...). `chunk` is its preset (`finetune.chunk_preset`).
+sub-token of each word is labelled), each word normalised by the model's tokenizer (lower-cased,
+and accents stripped, as its `do_lower_case` and `do_strip_accents` say). Scores: entity
+precision, recall and F1 by conlleval's rules, overall and per type (`<type>/f1`, ...). `chunk`
+is its preset (`finetune.chunk_preset`).
 """
 
 import dataclasses
@@ -152,13 +153,13 @@ class TaggingTask(Task):
     def mapping(self) -> Dict[str, int]:
         return {tag: i for i, tag in enumerate(self.tags)}
 
-    def lowercase(self, do_lower_case: bool) -> bool:
-        """Whether words are lower-cased before WordPiece: as the run's `do_lower_case` says."""
-        return bool(do_lower_case)
+    # Whether every word is lower-cased and accent-stripped before WordPiece whatever the model's
+    # casing (the original's chunking, `chunk`); else the tokenizer normalises it as the model was trained.
+    uncased_words = False
 
     def featurize(self, examples, tokenizer, config, task_id: int, split: str) -> TaggingFeatures:
         return chunking.featurize(examples, tokenizer, config.max_seq_length, self.mapping, task_id,
-                                  self.lowercase(config.do_lower_case))
+                                  self.uncased_words)
 
     def make_batch(self, features, indices, pad_to=None) -> dict:
         return chunking.tagging_batch(features, indices, pad_to)
@@ -215,8 +216,7 @@ class TaggingTask(Task):
 
     def token_offsets(self, config, tokenizer, examples, features) -> List[np.ndarray]:
         """Each kept word's tokens, their characters in the sentence's text (clipped to the word's)."""
-        lowercase = self.lowercase(config.do_lower_case)
-        words = [chunking.uncased(w) if lowercase else w for sentence in examples for w in sentence.words]
+        words = [chunking.uncased(w) if self.uncased_words else w for sentence in examples for w in sentence.words]
         pieces, cursor, rows = text_offsets(tokenizer, words), 0, []
         for sentence, kept in zip(examples, features.labeled_positions):
             body = [np.minimum(pieces[cursor + w], end - start) + start
@@ -243,7 +243,7 @@ class TaggingTask(Task):
 
     def server(self, tokenizer, model, config, precision: str) -> TaggerServer:
         return TaggerServer(tokenizer, model, self, config.max_seq_length, precision,
-                            self.lowercase(tokenizer.do_lower_case))
+                            self.uncased_words)
 
     def card(self) -> dict:
         return {"type": self.type_name, "tags": self.tags, "scheme": self.scheme, "format": self.format,

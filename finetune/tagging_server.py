@@ -31,13 +31,13 @@ from electra_tf.tokenization import Tokenizer
 WHITE_SPACE = "[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
 
 
-def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, lowercase: bool):
+def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, uncased_words: bool):
     """text tf.string [B] -> ({input_ids, input_mask, segment_ids [B, L], labeled_positions
     [B, Wk], token_start and token_end [B, L]: each token's characters in the sentence, -1 on
     [CLS], [SEP] and padding}, kept bool [B, (W)], word spans in characters [B, (W)] x 2)."""
     words, starts, ends = tf_text.regex_split_with_offsets(text, WHITE_SPACE, "")  # [B, (W)], bytes
     flat = words.flat_values  # [NW]
-    if lowercase:  # the original's tagging words: lower-cased, accents stripped, before WordPiece
+    if uncased_words:  # the original's tagging words: lower-cased, accents stripped, before WordPiece
         flat = tf.strings.regex_replace(tf_text.normalize_utf8(tf.strings.lower(flat, encoding="utf-8"), "NFD"),
                                         r"\p{Mn}", "")
     pieces = tokenizer.tokenize(flat)  # [NW, (P)]
@@ -97,11 +97,11 @@ def conlleval_entities(tags):
 class TaggerServer(tf.Module):
     """Tokenizer + fine-tuned encoder + a tagging task's head, served on raw sentences."""
 
-    def __init__(self, tokenizer: Tokenizer, model, task, max_seq_length: int, precision: str, lowercase: bool):
+    def __init__(self, tokenizer: Tokenizer, model, task, max_seq_length: int, precision: str, uncased_words: bool):
         super().__init__(name=f"electra_{task.name}")
         self.tokenizer, self.encoder, self.task = tokenizer, model.encoder, task
         self.head = model.head_of(task.name)
-        self.max_seq_length, self.lowercase = max_seq_length, lowercase
+        self.max_seq_length, self.uncased_words = max_seq_length, uncased_words
         self.tag_names = tf.constant(list(task.tags))
         self.precision = precision_record(precision)
         text = [tf.TensorSpec([None], tf.string, name="text")]
@@ -110,7 +110,7 @@ class TaggerServer(tf.Module):
 
     def _serve(self, text):
         features, kept, (word_start, word_end) = tagging_inputs(self.tokenizer, text, self.max_seq_length,
-                                                                self.lowercase)
+                                                                self.uncased_words)
         sequence = self.encoder.infer(features["input_ids"], features["input_mask"],
                                       features["segment_ids"])  # [B, L, H], padding skipped
         logits = self.head(sequence, features, training=False)  # [B, Wk, tags]
@@ -129,6 +129,6 @@ class TaggerServer(tf.Module):
                 "entity_end": tf.cast(span(word_end, last), tf.int32)}
 
     def _embed(self, text):
-        features = tagging_inputs(self.tokenizer, text, self.max_seq_length, self.lowercase)[0]
+        features = tagging_inputs(self.tokenizer, text, self.max_seq_length, self.uncased_words)[0]
         return embedding_outputs(self.encoder, *(features[key] for key in ("input_ids", "input_mask", "segment_ids",
                                                                              "token_start", "token_end")))

@@ -53,13 +53,13 @@ def make_tokenizer(config: FinetuningConfig) -> Tokenizer:
     if len(vocab) != config.vocab_size:
         raise InputError(f"vocab file {config.vocab_file} has {len(vocab)} tokens but vocab_size is "
                          f"{config.vocab_size}; set \"vocab_size\": {len(vocab)} in --hparams")
-    return _tokenizer(str(config.vocab_file), vocab, bool(config.do_lower_case))
+    return _tokenizer(str(config.vocab_file), vocab, bool(config.do_lower_case), bool(config.do_strip_accents))
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer(vocab_file: str, vocab: tuple, do_lower_case: bool) -> Tokenizer:
+def _tokenizer(vocab_file: str, vocab: tuple, do_lower_case: bool, do_strip_accents: bool) -> Tokenizer:
     """Keyed by the vocab's tokens too: a file rewritten in place gets a new tokenizer."""
-    return Tokenizer(vocab_file, do_lower_case=do_lower_case)
+    return Tokenizer(vocab_file, do_lower_case=do_lower_case, strip_accents=do_strip_accents)
 
 
 def _log_example(task: Task, split: str, features: Features, tokenizer: Tokenizer) -> None:

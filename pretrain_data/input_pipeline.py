@@ -17,6 +17,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
+from electra_tf.checkpoints import CASING_FIELDS
 from electra_tf.errors import InputError
 from pretrain_data.records import STATS_FILE, check_shard, file_sha256, parse_examples, record_length
 
@@ -102,7 +103,7 @@ def check_pretraining_data(config) -> None:
             check_record_length(files, config.max_seq_length)
             check_build_vocab(files, config.vocab_file)
             if config.do_train:  # what config.json will record; evaluating pre-tokenized records needs no casing
-                check_build_casing(files, config.do_lower_case)
+                check_build_casing(files, config)
 
 
 def _build_stats(files: List[str]) -> Iterator[Tuple[Path, Path, dict]]:
@@ -135,17 +136,20 @@ def check_build_vocab(files: List[str], vocab_file: str) -> None:
                              f"rebuild the data with this vocab or set vocab_file to the build's")
 
 
-def check_build_casing(files: List[str], do_lower_case: bool) -> None:
+def check_build_casing(files: List[str], config) -> None:
     """Fails, naming both, when a build's `stats.json` records other casing than the run's
-    `do_lower_case`: the model's config.json records the run's, and fine-tuning, predicting and
-    serving lower-case (or not) as it says, so it must be the casing the model was trained on."""
+    `do_lower_case` and `do_strip_accents` (the latter only where both lower-case): the model's
+    config.json records the run's, and fine-tuning, predicting and serving normalise text as it
+    says, so it must be how the model's training text was normalised."""
     for folder, stats, recorded in _build_stats(files):
-        built = recorded.get("do_lower_case")
-        if isinstance(built, bool) and built != do_lower_case:
-            raise InputError(f"{folder}: its records were built with do_lower_case {str(built).lower()} ({stats}), "
-                             f"but the run's do_lower_case is {str(do_lower_case).lower()}: set "
-                             f"\"do_lower_case\": {str(built).lower()} in --hparams (fine-tuning follows what the "
-                             f"model's config.json records)")
+        built = {name: recorded.get(name) for name in CASING_FIELDS}
+        compared = ["do_lower_case"] + (["do_strip_accents"] if config.do_lower_case and built["do_lower_case"] else [])
+        for name in compared:
+            if isinstance(built[name], bool) and built[name] != getattr(config, name):
+                raise InputError(f"{folder}: its records were built with {name} {str(built[name]).lower()} ({stats}), "
+                                 f"but the run's {name} is {str(getattr(config, name)).lower()}: set "
+                                 f"\"{name}\": {str(built[name]).lower()} in --hparams (fine-tuning follows what the "
+                                 f"model's config.json records)")
 
 
 def locate_damaged_training_data(config) -> None:

@@ -251,14 +251,23 @@ def test_export_in_float16(tmp_path, vocab_file, glue_batch):
 
 
 def test_exported_tokenizer_matches_ours(tmp_path, vocab_file, shared_data):
-    source, _, _ = _write_model_dir(tmp_path, vocab_file, "tiny", seed=1)
-    out = tmp_path / "hf"
-    assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
-    theirs = transformers.AutoTokenizer.from_pretrained(str(out / "discriminator"))
+    """HF's tokenizer of an export gives our ids: a model that strips accents (the default) and one
+    pretrained on lower-cased text that kept them (`"do_strip_accents": false`: the tokenizer files
+    say `strip_accents` false); the import reads that casing back."""
     texts = [text for pair in mrpc_pairs(shared_data, 20) for text in pair]
-    flat, splits = Tokenizer(vocab_file).tokenize_batch(texts)
-    for i, text in enumerate(texts):
-        assert theirs(text, add_special_tokens=False)["input_ids"] == flat[splits[i]:splits[i + 1]].tolist()
+    kept = ["Müller sagt über Straßen: café, naïve Ångström", "Ça coûte 3 € à São Paulo"]
+    for strip in (True, False):
+        source, _, _ = _write_model_dir(tmp_path / str(strip), vocab_file, "tiny", seed=1,
+                                        hparams={"do_strip_accents": strip})
+        out = tmp_path / f"hf_{strip}"
+        assert convert_checkpoint.main(["to-hf", "--model-dir", str(source), "--output-dir", str(out)]) == 0
+        theirs = transformers.AutoTokenizer.from_pretrained(str(out / "discriminator"))
+        flat, splits = Tokenizer(vocab_file, strip_accents=strip).tokenize_batch(texts + kept)
+        for i, text in enumerate(texts + kept):
+            assert theirs(text, add_special_tokens=False)["input_ids"] == flat[splits[i]:splits[i + 1]].tolist()
+        assert read_pretrained(out).config.do_strip_accents is strip
+    stripped = Tokenizer(vocab_file).tokenize_batch(kept)[0]
+    assert stripped.tolist() != Tokenizer(vocab_file, strip_accents=False).tokenize_batch(kept)[0].tolist()
 
 
 def test_import_of_an_hf_download(tmp_path, vocab_file, glue_batch, capsys):
@@ -302,6 +311,9 @@ def test_import_of_an_hf_download(tmp_path, vocab_file, glue_batch, capsys):
     assert convert_checkpoint.main(["from-hf", "--hf-dir", str(download / "discriminator"),
                                     "--output-dir", str(cased)]) == 0
     assert read_pretrained(cased).config.do_lower_case is False
+    (download / "discriminator" / "tokenizer_config.json").write_text('{"do_lower_case": false, "strip_accents": true}')
+    with pytest.raises(InputError, match="strip_accents true with do_lower_case false: this tokenizer"):
+        read_pretrained(download / "discriminator")  # HF would strip without lower-casing; ours cannot
     only = read_pretrained(alone).values
     assert all(np.array_equal(only[name], weights.values[name]) for name in weights.values
                if name.startswith(("electra/", "discriminator_predictions/")))

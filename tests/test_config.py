@@ -437,6 +437,43 @@ def test_finetuning_lower_cases_as_the_weights_it_starts_from_were_trained(tmp_p
     assert resolved(init_checkpoint=str(original / "model.ckpt-1000000")) is True
 
 
+def test_finetuning_strips_accents_as_the_weights_it_starts_from_were_trained(tmp_path):
+    """do_strip_accents follows init_checkpoint as do_lower_case does: a model dir pretrained on
+    text that kept its accents (config.json), an HF export of it (`strip_accents` false), a trial
+    fine-tuned from it; True where nothing records it and for config files written before the
+    field (as every run stripped then); an explicit value wins."""
+    from finetune.config import FinetuningConfig
+
+    def resolved(**hparams):
+        return FinetuningConfig.from_hparams("m", str(tmp_path), {"task_names": ["mrpc"], **hparams}).do_strip_accents
+
+    assert resolved() is True
+    model_dir = tmp_path / "models" / "m"
+    model_dir.mkdir(parents=True)
+    PretrainingConfig.from_hparams("m", str(tmp_path), {"do_strip_accents": False}).save(model_dir / "config.json")
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')
+    (model_dir / "ckpt-3.index").write_bytes(b"")
+    assert resolved() is False and resolved(do_strip_accents=True) is True
+    older = json.loads((model_dir / "config.json").read_text())
+    del older["do_strip_accents"]
+    (model_dir / "config.json").write_text(json.dumps(older))
+    assert resolved() is True
+    export = tmp_path / "exported"
+    (export / "discriminator").mkdir(parents=True)
+    (export / "discriminator" / "config.json").write_text(
+        json.dumps({"model_type": "electra", "architectures": ["ElectraForPreTraining"]}))
+    for recorded, expected in (("false", False), ("null", True), ("true", True)):
+        (export / "discriminator" / "tokenizer_config.json").write_text(
+            f'{{"do_lower_case": true, "strip_accents": {recorded}}}')
+        assert resolved(init_checkpoint=str(export)) is expected
+    trial = model_dir / "finetuning_models" / "mrpc_model_1"
+    trial.mkdir(parents=True)
+    (trial / "finetuning_config.json").write_text('{"do_lower_case": true, "do_strip_accents": false}')
+    assert resolved(init_checkpoint=str(trial), do_train=False) is False
+    (trial / "finetuning_config.json").write_text('{"do_lower_case": true}')
+    assert resolved(init_checkpoint=str(trial), do_train=False) is True
+
+
 def test_a_tagging_task_alone_trains_on_the_originals_chunk_length(tmp_path):
     """256 tokens for any tagging task trained alone, as the original's chunk (its one tagging
     task); 128 for a sentence task or a mix; an explicit value wins."""

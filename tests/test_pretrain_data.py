@@ -212,15 +212,28 @@ def test_a_run_with_another_vocab_than_the_builds_is_refused(built, vocab_file, 
 
 
 def test_a_run_with_other_casing_than_the_builds_is_refused(built):
-    """stats.json's do_lower_case against the run's: the model's config.json records the run's, and
-    fine-tuning lower-cases as it says, so a cased build pretrained as uncased is refused."""
+    """stats.json's do_lower_case and do_strip_accents against the run's: the model's config.json
+    records the run's, and fine-tuning normalises text as it says, so a cased build pretrained as
+    uncased is refused, and a build that kept accents pretrained as stripping them (German's
+    umlauts, say); accents are compared only where both lower-case (no effect otherwise)."""
+    import types
     from electra_tf.errors import InputError
     out, stats, _ = built
-    assert stats["do_lower_case"] is True
+    assert stats["do_lower_case"] is True and stats["do_strip_accents"] is True
     files = sorted(str(path) for path in out.glob("pretrain_data.tfrecord*"))
-    check_build_casing(files, True)
+    run = lambda lower, strip: types.SimpleNamespace(do_lower_case=lower, do_strip_accents=strip)  # noqa: E731
+    check_build_casing(files, run(True, True))
     with pytest.raises(InputError, match=r'built with do_lower_case true .*set "do_lower_case": true in --hparams'):
-        check_build_casing(files, False)
+        check_build_casing(files, run(False, True))
+    with pytest.raises(InputError, match=r'built with do_strip_accents true .*set "do_strip_accents": true in'):
+        check_build_casing(files, run(True, False))
+    stats_file = out / "stats.json"
+    original = stats_file.read_text()
+    try:
+        stats_file.write_text(json.dumps({**stats, "do_lower_case": False, "do_strip_accents": False}))
+        check_build_casing(files, run(False, True))  # a cased build: accents are not stripped either way
+    finally:
+        stats_file.write_text(original)
 
 
 def test_fast_serialization_parses_like_tf_train_example():

@@ -227,6 +227,29 @@ def test_a_tagger_without_an_o_tag_writes_test_predictions_with_their_ids(data_d
     assert all(len(row["tags"]) == len(row["words"]) and set(row["tags"]) <= set(tags) for row in written)
 
 
+def test_a_tagger_reads_words_as_its_model_normalised_text(data_dir):
+    """A tagging task's words go through the model's tokenizer as it is: a model pretrained on
+    lower-cased text that kept its accents (`"do_strip_accents": false`, German's umlauts, say)
+    sees "müller", not "muller"; the default strips them, as every model did before."""
+    from electra_tf.tokenization import Tokenizer
+    folder = data_dir / "finetuning_data" / "names"
+    folder.mkdir()
+    words = ["Herr", "Müller", "wohnt", "in", "Köln", "an", "der", "Straße", "."]
+    (folder / "train.jsonl").write_text(json.dumps({"tokens": words, "tags": ["O", "B-PER", "O", "O", "B-LOC",
+                                                                              "O", "O", "O", "O"]}) + "\n")
+    spec = {"type": "tagging", "format": "jsonl", "train": "names/train.jsonl", "dev": "names/train.jsonl"}
+    ids = {}
+    for strip in (True, False):
+        config = config_of(data_dir, task_names=["names"], tasks={"names": spec}, do_strip_accents=strip)
+        features = load_task_data(config, make_tokenizer(config)).dev[0].features
+        ids[strip] = features.token_ids[0].tolist()
+        reference = Tokenizer(data_dir / "vocab.txt", strip_accents=strip)
+        pieces = [reference.tokenize_batch([word])[0].tolist() for word in words]
+        assert ids[strip] == [reference.cls_id, *[i for p in pieces for i in p], reference.sep_id]
+        assert features.labeled_positions[0].tolist() == list(1 + np.cumsum([0] + [len(p) for p in pieces[:-1]]))
+    assert ids[True] != ids[False]
+
+
 def test_squad_mixes_with_a_classifier(tmp_path, shared_data, vocab_file):
     """A SQuAD task and a classification task share a run's batches: each row keeps its own keys,
     the other task's are zeros, and one training step runs on the mixed batch."""

@@ -58,11 +58,14 @@ def vocab_beside(source) -> Optional[str]:
     return next((str(vocab) for vocab in vocabs if vocab.is_file()), None)
 
 
-def casing_beside(source) -> Optional[bool]:
-    """Whether the model at `source` (a model dir or its ckpt-N, an HF dir or export) was trained on
-    lower-cased text, as it records it: the model dir's config.json or the HF dir's
-    tokenizer_config.json (`do_lower_case`); None where nothing records it (an original TF1
-    checkpoint, a path that does not exist)."""
+CASING_FIELDS = ("do_lower_case", "do_strip_accents")  # how a model's text was normalised before WordPiece
+
+
+def casing_beside(source) -> Dict[str, bool]:
+    """How the model at `source` (a model dir or its ckpt-N, an HF dir or export) had its text
+    normalised, as it records it: the CASING_FIELDS of the model dir's config.json (their defaults
+    where an older one lacks them) or of the HF dir's tokenizer_config.json; {} where nothing
+    records it (an original TF1 checkpoint, a path that does not exist)."""
     from electra_tf.checkpoints import hf, model_dir
     path = Path(source)
     if path.is_dir():
@@ -70,12 +73,13 @@ def casing_beside(source) -> Optional[bool]:
     else:  # a checkpoint prefix: a model dir's ckpt-N, or an original TF1 checkpoint (which records nothing)
         prefix = Path(f"{path}.index").is_file() and path.name.startswith("ckpt-")
         directory = path.parent if prefix and (path.parent / model_dir.CONFIG_FILE).is_file() else None
-    if directory is not None:  # PretrainingConfig's default where an older config.json lacks the field
-        return recorded_flag(directory / model_dir.CONFIG_FILE, "do_lower_case", default=True)
+    if directory is not None:
+        recorded = {name: recorded_flag(directory / model_dir.CONFIG_FILE, name, default=True) for name in CASING_FIELDS}
+        return {name: value for name, value in recorded.items() if value is not None}
     try:
-        return hf.recorded_lower_case(path) if path.is_dir() else None
+        return hf.recorded_casing(path) if path.is_dir() else {}
     except InputError:
-        return None  # not an HF dir after all (a damaged config.json): loading it names the problem
+        return {}  # not an HF dir after all (a damaged config.json): loading it names the problem
 
 
 def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str] = None) -> PretrainedWeights:

@@ -129,25 +129,27 @@ def hf_config(encoder: BertConfig, architecture: str, dtype: str = "float32") ->
             "dtype": dtype, "torch_dtype": dtype}
 
 
-def _tokenizer_files(do_lower_case: bool) -> Dict[str, dict]:
+def _tokenizer_files(config) -> Dict[str, dict]:
+    """HF's tokenizer files for a config's casing: `strip_accents` null strips whenever it
+    lower-cases, as ours; false never strips."""
     special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                "mask_token": "[MASK]"}
-    return {"tokenizer_config.json": {"tokenizer_class": "ElectraTokenizer", "do_lower_case": do_lower_case,
-                                      "strip_accents": None, "tokenize_chinese_chars": True,
-                                      "model_max_length": 512, **special},
+    return {"tokenizer_config.json": {"tokenizer_class": "ElectraTokenizer", "do_lower_case": config.do_lower_case,
+                                      "strip_accents": None if config.do_strip_accents else False,
+                                      "tokenize_chinese_chars": True, "model_max_length": 512, **special},
             "special_tokens_map.json": special}
 
 
-def write_network_dir(out: Path, tensors: Dict[str, np.ndarray], document: dict, vocab_file,
-                      do_lower_case: bool) -> None:
+def write_network_dir(out: Path, tensors: Dict[str, np.ndarray], document: dict, vocab_file, config) -> None:
     """One HF network dir as `from_pretrained` reads it: the weights (safetensors, in their own
-    dtype), `document` as config.json, the vocab and the tokenizer's config."""
+    dtype), `document` as config.json, the vocab and the tokenizer's config (`config`'s casing:
+    `do_lower_case`, `do_strip_accents`)."""
     from safetensors.numpy import save_file
     out.mkdir(parents=True)
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(document, indent=2) + "\n")
     (out / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
-    for name, content in _tokenizer_files(do_lower_case).items():
+    for name, content in _tokenizer_files(config).items():
         (out / name).write_text(json.dumps(content, indent=2) + "\n")
 
 
@@ -176,7 +178,7 @@ def export_hf(values: Dict[str, np.ndarray], config: PretrainingConfig, vocab_fi
             document[OWN_EMBEDDINGS] = True
         if role == "generator" and "discriminator" in networks and not config.untied_generator:
             document[DISCRIMINATOR_ENCODER] = True
-        write_network_dir(Path(directory) / role, tensors, document, vocab_file, config.do_lower_case)
+        write_network_dir(Path(directory) / role, tensors, document, vocab_file, config)
     return list(networks)
 
 
@@ -334,8 +336,7 @@ def read_hf(path, model_name: str = "imported", data_dir: Optional[str] = None):
             pairs = [pair for pair in networks[role].pairs if pair[1] in tensors[role]
                      or not (mlm_discriminator and pair[1].startswith("discriminator_predictions."))]
             _to_tf1(tensors[role], pairs, role, dirs[role], values)
-    recorded = recorded_lower_case(path)
-    config = dataclasses.replace(config, do_lower_case=config.do_lower_case if recorded is None else recorded)
+    config = dataclasses.replace(config, **recorded_casing(path))
     return PretrainedWeights(values, config, vocab_beside(path))
 
 
@@ -350,9 +351,20 @@ def _objective(directory: Path) -> Optional[str]:
     return objective
 
 
-def recorded_lower_case(path) -> Optional[bool]:
-    """The casing an HF dir's tokenizer records (`do_lower_case` in tokenizer_config.json): its first
-    network dir's (an export's discriminator/), else the top dir's; None where neither says."""
-    recorded = (recorded_flag(directory / "tokenizer_config.json", "do_lower_case")
-                for directory in [*network_dirs(path).values(), Path(path)])
-    return next((value for value in recorded if value is not None), None)
+def recorded_casing(path) -> Dict[str, bool]:
+    """The casing an HF dir's tokenizer records, as PretrainingConfig's `do_lower_case` and
+    `do_strip_accents`: the first tokenizer_config.json of its network dirs (an export's
+    discriminator/), then its top dir, that records `do_lower_case`; {} where none does. HF's
+    `strip_accents` null strips whenever it lower-cases (true here); true without lower-casing
+    strips alone, which this tokenizer, as the original's, cannot: an error."""
+    for directory in [*network_dirs(path).values(), Path(path)]:
+        file = directory / "tokenizer_config.json"
+        lower = recorded_flag(file, "do_lower_case")
+        if lower is None:
+            continue
+        strip = recorded_flag(file, "strip_accents")
+        if strip and not lower:
+            raise InputError(f"{file}: strip_accents true with do_lower_case false: this tokenizer, as the "
+                             f"original's, strips accents only when it lower-cases")
+        return {"do_lower_case": lower, "do_strip_accents": strip is not False}
+    return {}

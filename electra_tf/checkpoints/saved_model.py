@@ -126,7 +126,7 @@ def build_server(config, values, vocab_file, precision: str = "float32", initial
     report = assign_weights(variables, values, required_prefix="")
     for encoder in (network.discriminator, network.generator):  # one object when the generator is untied=False
         encoder.freeze_qkv()
-    tokenizer = Tokenizer(vocab_file, do_lower_case=config.do_lower_case)
+    tokenizer = Tokenizer.of_config(vocab_file, config)
     fill_mask = FillMaskGraph(tokenizer, network, config.max_seq_length) if served else None
     return DiscriminatorServer(tokenizer, network.discriminator, network.discriminator_head, config.max_seq_length,
                                precision, fill_mask), report
