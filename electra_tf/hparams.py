@@ -120,11 +120,19 @@ class HParams:
       by `_translate`;
     - `_presets(values)`: per-size / per-task / debug values for the merged inputs;
     - derived fields as `dataclasses.field(init=False, metadata={"derived": "<formula>"})`,
-      computed in `__post_init__`, which also validates.
+      computed in `__post_init__`, which also validates;
+    - `ADDED_FIELDS`: fields added after configs were saved, with the value a saved config that
+      lacks one was run with (where that is not what its default resolves to today).
     """
 
     FIXED: ClassVar[tuple[str, ...]] = ()
     ALIASES: ClassVar[dict] = {}
+    ADDED_FIELDS: ClassVar[dict] = {}
+
+    @classmethod
+    def as_saved_today(cls, saved: dict) -> dict:
+        """A saved config's values (`to_dict`'s JSON) as this version would save that run."""
+        return {**cls.ADDED_FIELDS, **saved}
 
     @classmethod
     def _translate(cls, user: dict, where: str) -> dict:
@@ -150,6 +158,7 @@ class HParams:
     def from_json_file(cls, path: Union[str, os.PathLike]):
         """A config written by `save`; its derived fields must match what the inputs give."""
         values, where = load_hparams(Path(path), kind="config")
+        values = cls.as_saved_today(values)
         derived = {name: values.pop(name) for name in cls._derived() if name in values}
         values = cls._translate(cls._checked(values, where, settable=cls._init_fields()), where)
         missing = [name for name in cls.FIXED if name not in values]

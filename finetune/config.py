@@ -143,6 +143,7 @@ class FinetuningConfig(HParams):
     results_dir: Optional[str] = None
 
     FIXED = ("model_name", "data_dir")
+    ADDED_FIELDS = {"do_strip_accents": True}  # every run saved before the field stripped accents
 
     @classmethod
     def from_hparams(cls, model_name: str, data_dir, hparams: HParamsSource = None):
@@ -194,9 +195,9 @@ class FinetuningConfig(HParams):
         if self.vocab_file is None:  # the vocab the weights to start from were trained with (the model dir's by default)
             self.vocab_file = (vocab_beside(self.init_checkpoint) or vocab_beside(pretrained)
                                or os.path.join(self.data_dir, "vocab.txt"))
-        if None in (self.do_lower_case, self.do_strip_accents):  # the casing the weights to start from were trained with
-            recorded = casing_beside(self.init_checkpoint) or {  # else a fine-tuned trial's dir (evaluated, trained further)
-                name: recorded_flag(Path(self.init_checkpoint) / RUN_CONFIG, name) for name in CASING_FIELDS}
+        if None in (self.do_lower_case, self.do_strip_accents):  # as the weights to start from were trained
+            trial = Path(self.init_checkpoint) / RUN_CONFIG  # a fine-tuned trial's dir, evaluated or trained further
+            recorded = casing_beside(self.init_checkpoint) or {name: recorded_flag(trial, name) for name in CASING_FIELDS}
             for name in CASING_FIELDS:
                 if getattr(self, name) is None:
                     setattr(self, name, True if recorded.get(name) is None else recorded[name])

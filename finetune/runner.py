@@ -291,7 +291,8 @@ class Trial:
         saved_config = self.model_dir / RUN_CONFIG
         if not marker.exists() or not saved_config.exists():  # a trial not started has no config yet
             return None
-        if json.loads(saved_config.read_text()) != json.loads(self.config.to_json()):
+        saved = FinetuningConfig.as_saved_today(json.loads(saved_config.read_text()))
+        if saved != json.loads(self.config.to_json()):
             self.log(f"{self.model_dir} holds an interrupted trial of another config: starting over")
             return None
         state = json.loads(marker.read_text())
@@ -388,7 +389,8 @@ def _finished_trials(config: FinetuningConfig, stream):
     if not interrupted or interrupted[0] == 1 or not results.exists():
         return (interrupted or [1])[0], [], extra
     document = json.loads(results.read_text())
-    if document.get("config") != json.loads(json.dumps(extra["config"])):  # another run's scores
+    saved = FinetuningConfig.as_saved_today(document.get("config") or {})
+    if saved != json.loads(json.dumps(extra["config"])):  # another run's scores
         print(f"{results} holds the scores of a run with another config: starting again at trial 1",
               file=stream, flush=True)
         return 1, [], extra

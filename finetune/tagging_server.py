@@ -11,8 +11,9 @@ word tagged; the original's cut of long sentences; segment ids 1), then returns
     entity_start  int32 [B, E]      their character spans in the sentence (-1 on padding)
     entity_end    int32 [B, E]
 `embed(text)` gives the encoder's vectors of the same tokens, with each token's characters in the
-sentence (`electra_tf.token_offsets` on its word; a word whose lower-casing changes its length,
-rare, has its tokens' characters clipped to the word). Decoding the entities needs only
+sentence (`electra_tf.token_offsets` on its word, as the tokenizer normalises it; under `chunk`,
+whose words are uncased first, a word whose uncasing changes its length, rare, has its tokens'
+characters clipped to the word). Decoding the entities needs only
 adjacent tags (conlleval's start and end of a chunk), so it runs as whole-tensor ops.
 """
 

@@ -253,7 +253,7 @@ def test_export_in_float16(tmp_path, vocab_file, glue_batch):
 def test_exported_tokenizer_matches_ours(tmp_path, vocab_file, shared_data):
     """HF's tokenizer of an export gives our ids: a model that strips accents (the default) and one
     pretrained on lower-cased text that kept them (`"do_strip_accents": false`: the tokenizer files
-    say `strip_accents` false); the import reads that casing back."""
+    say `strip_accents` false); the import reads that casing back, with or without --hparams."""
     texts = [text for pair in mrpc_pairs(shared_data, 20) for text in pair]
     kept = ["Müller sagt über Straßen: café, naïve Ångström", "Ça coûte 3 € à São Paulo"]
     for strip in (True, False):
@@ -266,6 +266,10 @@ def test_exported_tokenizer_matches_ours(tmp_path, vocab_file, shared_data):
         for i, text in enumerate(texts + kept):
             assert theirs(text, add_special_tokens=False)["input_ids"] == flat[splits[i]:splits[i + 1]].tolist()
         assert read_pretrained(out).config.do_strip_accents is strip
+        imported = tmp_path / "models" / f"back_{strip}"  # an architecture given (--hparams) keeps the casing too
+        assert convert_checkpoint.main(["from-hf", "--hf-dir", str(out), "--output-dir", str(imported),
+                                        "--hparams", '{"model_size": "tiny", "max_seq_length": 64}']) == 0
+        assert read_pretrained(imported).config.do_strip_accents is strip
     stripped = Tokenizer(vocab_file).tokenize_batch(kept)[0]
     assert stripped.tolist() != Tokenizer(vocab_file, strip_accents=False).tokenize_batch(kept)[0].tolist()
 

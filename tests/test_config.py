@@ -441,7 +441,8 @@ def test_finetuning_strips_accents_as_the_weights_it_starts_from_were_trained(tm
     """do_strip_accents follows init_checkpoint as do_lower_case does: a model dir pretrained on
     text that kept its accents (config.json), an HF export of it (`strip_accents` false), a trial
     fine-tuned from it; True where nothing records it and for config files written before the
-    field (as every run stripped then); an explicit value wins."""
+    field, whatever their init_checkpoint records now (every run stripped then); an explicit value
+    wins."""
     from finetune.config import FinetuningConfig
 
     def resolved(**hparams):
@@ -472,6 +473,13 @@ def test_finetuning_strips_accents_as_the_weights_it_starts_from_were_trained(tm
     assert resolved(init_checkpoint=str(trial), do_train=False) is False
     (trial / "finetuning_config.json").write_text('{"do_lower_case": true}')
     assert resolved(init_checkpoint=str(trial), do_train=False) is True
+    # a run saved before the field, from a model that records false, was run stripping: it loads so
+    (export / "discriminator" / "tokenizer_config.json").write_text('{"do_lower_case": true, "strip_accents": false}')
+    run = FinetuningConfig.from_hparams("m", str(tmp_path), {"task_names": ["mrpc"], "init_checkpoint": str(export)})
+    saved = {name: value for name, value in run.to_dict().items() if name != "do_strip_accents"}
+    (trial / "finetuning_config.json").write_text(json.dumps(saved))
+    assert run.do_strip_accents is False
+    assert FinetuningConfig.from_json_file(trial / "finetuning_config.json").do_strip_accents is True
 
 
 def test_a_tagging_task_alone_trains_on_the_originals_chunk_length(tmp_path):

@@ -74,12 +74,10 @@ def casing_beside(source) -> Dict[str, bool]:
         prefix = Path(f"{path}.index").is_file() and path.name.startswith("ckpt-")
         directory = path.parent if prefix and (path.parent / model_dir.CONFIG_FILE).is_file() else None
     if directory is not None:
-        recorded = {name: recorded_flag(directory / model_dir.CONFIG_FILE, name, default=True) for name in CASING_FIELDS}
+        config = directory / model_dir.CONFIG_FILE
+        recorded = {name: recorded_flag(config, name, default=True) for name in CASING_FIELDS}
         return {name: value for name, value in recorded.items() if value is not None}
-    try:
-        return hf.recorded_casing(path) if path.is_dir() else {}
-    except InputError:
-        return {}  # not an HF dir after all (a damaged config.json): loading it names the problem
+    return hf.recorded_casing(path) if path.is_dir() else {}
 
 
 def read_pretrained(source, model_name: str = "imported", data_dir: Optional[str] = None) -> PretrainedWeights:

@@ -13,7 +13,7 @@ from typing import Optional
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParamsSource, load_hparams
-from electra_tf.checkpoints import PretrainedWeights, detect_format, hf, model_dir, original, read_pretrained
+from electra_tf.checkpoints import CASING_FIELDS, PretrainedWeights, detect_format, hf, model_dir, original, read_pretrained
 from electra_tf.checkpoints.report import LoadReport
 
 
@@ -35,8 +35,9 @@ def import_weights(weights: PretrainedWeights, output_dir, hparams: HParamsSourc
     place = _placed(output_dir)
     if hparams is not None:
         user, _ = load_hparams(hparams)
+        recorded = {name: getattr(weights.config, name) for name in ("vocab_size", *CASING_FIELDS)}  # unless set
         config = PretrainingConfig.from_hparams(place["model_name"], place["data_dir"],  # the table's size unless set
-                                                {"vocab_size": weights.config.vocab_size, **user,
+                                                {**recorded, **user,
                                                  "model_dir": place["model_dir"], "vocab_file": place["vocab_file"]})
     else:
         paths = dict.fromkeys(("pretrain_tfrecords", "eval_tfrecords", "results_txt", "results_json"))

@@ -357,7 +357,11 @@ def recorded_casing(path) -> Dict[str, bool]:
     discriminator/), then its top dir, that records `do_lower_case`; {} where none does. HF's
     `strip_accents` null strips whenever it lower-cases (true here); true without lower-casing
     strips alone, which this tokenizer, as the original's, cannot: an error."""
-    for directory in [*network_dirs(path).values(), Path(path)]:
+    try:
+        directories = [*network_dirs(path).values(), Path(path)]
+    except InputError:  # a damaged config.json: loading the weights names it
+        directories = [Path(path)]
+    for directory in directories:
         file = directory / "tokenizer_config.json"
         lower = recorded_flag(file, "do_lower_case")
         if lower is None:
@@ -365,6 +369,7 @@ def recorded_casing(path) -> Dict[str, bool]:
         strip = recorded_flag(file, "strip_accents")
         if strip and not lower:
             raise InputError(f"{file}: strip_accents true with do_lower_case false: this tokenizer, as the "
-                             f"original's, strips accents only when it lower-cases")
+                             f"original's, strips accents only when it lower-cases; set strip_accents to false "
+                             f"there to use the model on text that keeps its accents")
         return {"do_lower_case": lower, "do_strip_accents": strip is not False}
     return {}
