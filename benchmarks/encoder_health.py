@@ -127,15 +127,14 @@ def pooled_features(encoder, batches) -> dict:
     return {"[CLS]": torch.cat(cls), "token mean": torch.cat(mean)}
 
 
-def linear_probe(train_x, train_y, dev_x, dev_y, l2: float = 1e-3) -> float:
-    """Dev accuracy (%) of an L2-regularised logistic regression fitted on (train_x [N, H], train_y [N]).
-    Each feature is standardised by the training set's mean and spread first, so a label held in a
-    tiny spread beside a large shared offset is read as well as any other. Full-batch L-BFGS from
-    zeros: deterministic."""
+def fit_linear_probe(train_x, train_y, classes: int, l2: float = 1e-3):
+    """An L2-regularised logistic regression fitted on (train_x [N, H], train_y [N]); returns
+    `predict(x [M, H]) -> class ids [M]`. Each feature is standardised by the training set's mean
+    and spread first, so a label held in a tiny spread beside a large shared offset is read as well
+    as any other. Full-batch L-BFGS from zeros: deterministic."""
     import torch
     mean, spread = train_x.mean(0), train_x.std(0) + 1e-12
-    train_x, dev_x = (train_x - mean) / spread, (dev_x - mean) / spread
-    classes = int(max(train_y.max(), dev_y.max())) + 1
+    train_x = (train_x - mean) / spread
     weight = torch.zeros(train_x.shape[1], classes, requires_grad=True)
     bias = torch.zeros(classes, requires_grad=True)
     optimizer = torch.optim.LBFGS([weight, bias], max_iter=200, line_search_fn="strong_wolfe")
@@ -147,8 +146,17 @@ def linear_probe(train_x, train_y, dev_x, dev_y, l2: float = 1e-3) -> float:
         return loss
 
     optimizer.step(closure)
-    with torch.no_grad():
-        return 100.0 * ((dev_x @ weight + bias).argmax(-1) == dev_y).float().mean().item()
+
+    def predict(x):
+        with torch.no_grad():
+            return (((x - mean) / spread) @ weight + bias).argmax(-1)
+    return predict
+
+
+def linear_probe(train_x, train_y, dev_x, dev_y, l2: float = 1e-3) -> float:
+    """Dev accuracy (%) of `fit_linear_probe` on (train_x [N, H], train_y [N])."""
+    predict = fit_linear_probe(train_x, train_y, int(max(train_y.max(), dev_y.max())) + 1, l2)
+    return 100.0 * (predict(dev_x) == dev_y).float().mean().item()
 
 
 def build_parser() -> argparse.ArgumentParser:
