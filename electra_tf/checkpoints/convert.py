@@ -13,7 +13,8 @@ from typing import Optional
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
 from electra_tf.hparams import HParamsSource, load_hparams
-from electra_tf.checkpoints import CASING_FIELDS, PretrainedWeights, detect_format, hf, model_dir, original, read_pretrained
+from electra_tf.checkpoints import (CASING_FIELDS, PretrainedWeights, detect_format, hf, model_dir, original,
+                                    read_pretrained)
 from electra_tf.checkpoints.report import LoadReport
 
 
