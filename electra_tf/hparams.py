@@ -122,7 +122,7 @@ class HParams:
     - derived fields as `dataclasses.field(init=False, metadata={"derived": "<formula>"})`,
       computed in `__post_init__`, which also validates;
     - `ADDED_FIELDS`: fields added after configs were saved, with the value a saved config that
-      lacks one was run with (where that is not what its default resolves to today).
+      lacks one was run with (read back, and compared with a run's, as if it had it).
     """
 
     FIXED: ClassVar[tuple[str, ...]] = ()

@@ -109,6 +109,9 @@ class FinetuningConfig(HParams):
     # Sizing and inputs
     max_seq_length: int = 128
     train_batch_size: int = 32
+    # each training batch as this many micro-batches, one update with the memory of one (not in the
+    # original: the update of the whole batch, for a device too small to hold it)
+    gradient_accumulation_steps: int = 1
     eval_batch_size: int = 32
     predict_batch_size: int = 32
     double_unordered: bool = True
@@ -143,7 +146,8 @@ class FinetuningConfig(HParams):
     results_dir: Optional[str] = None
 
     FIXED = ("model_name", "data_dir")
-    ADDED_FIELDS = {"do_strip_accents": True}  # every run saved before the field stripped accents
+    ADDED_FIELDS = {"do_strip_accents": True,  # every run saved before the field stripped accents
+                    "gradient_accumulation_steps": 1}
 
     @classmethod
     def from_hparams(cls, model_name: str, data_dir, hparams: HParamsSource = None):
@@ -235,6 +239,8 @@ class FinetuningConfig(HParams):
         _require(self.recipe in RECIPES, f"recipe {self.recipe!r} is not one of: {', '.join(RECIPES)}")
         _require(self.loss_reduction in LOSS_REDUCTIONS,
                  f"loss_reduction {self.loss_reduction!r} is not one of: {', '.join(LOSS_REDUCTIONS)}")
+        _require(self.gradient_accumulation_steps >= 1,
+                 f"gradient_accumulation_steps {self.gradient_accumulation_steps} must be at least 1")
         _require(self.precision in PRECISIONS,
                  f"precision {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         _require(self.strategy in STRATEGIES, f"strategy {self.strategy!r} is not one of: "

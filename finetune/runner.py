@@ -69,6 +69,7 @@ BEST = "best"  # the best evaluation's checkpoint (keep_best_model, early_stoppi
 INTERRUPTED = "interrupted"  # a trial stopped by a signal: its checkpoint, and `interrupted.json` (step, scores)
 TENSORBOARD = "tensorboard"  # a trial's TensorBoard events: tensorboard/{train,eval} in its model dir
 TASK_CARDS = "task_cards.json"  # {task: Task.card()}: labels, tags, columns, for predicting later
+GLOBAL_ROWS = "global_rows"  # a training batch's column: the rows of the whole global batch (a mean's divisor)
 
 
 class Trial:
@@ -162,19 +163,25 @@ class Trial:
             self.optimizer = with_loss_scaling(optimizer, config.precision)  # mixed_float16: dynamic loss scaling
             self.gradient_norm = GradientNorm()
 
+        accumulation = config.gradient_accumulation_steps
+
         def loss_fn(model, batch, seed):
-            """This replica's rows' summed loss (or their share of the global batch's mean): the
-            optimizer sums the replicas' gradients, so N replicas take one device's step."""
+            """This replica's (micro-batch's) rows' summed loss, or their share of the global batch's
+            mean, times the micro-batches the step averages: the optimizer sums the replicas' gradients,
+            so N replicas and k micro-batches take one device's step on the whole batch."""
             outputs = model(batch, training=True)
             loss = model.loss(batch, outputs)  # []
-            if config.loss_reduction == "mean":
-                rows = tf.cast(tf.shape(batch["task_id"])[0], tf.float32)
-                loss /= tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, rows)
-            return loss, outputs
+            if config.loss_reduction == "mean":  # each row holds the global batch's size (an empty micro-batch: 1)
+                loss /= tf.reduce_max(tf.concat([batch[GLOBAL_ROWS], [1.0]], 0))
+            return loss * accumulation, outputs
 
-        step_fn = make_train_step(self.model, self.optimizer, loss_fn=loss_fn, on_gradients=self.gradient_norm.record)
+        with strategy.scope():  # the micro-batches' gradient accumulators are per-replica variables
+            step_fn = make_train_step(self.model, self.optimizer, loss_fn=loss_fn,
+                                      gradient_accumulation_steps=accumulation, on_gradients=self.gradient_norm.record)
 
         def train_step(batch):
+            rows = tf.shape(batch["task_id"])[0]
+            batch = {**batch, GLOBAL_ROWS: tf.fill([rows], tf.cast(rows, tf.float32))}  # [B]
             losses = strategy.run(step_fn, args=(distribute_rows(strategy, batch),))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)  # the global batch's loss
 

@@ -55,11 +55,13 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
       variables: the variables trained; default all of the model's trainable ones (a
         PretrainingModel's `trainable_variables_for(stage)` leaves a frozen generator out).
       jit_compile: compile forward + backward with XLA.
-      gradient_accumulation_steps: k > 1 splits the batch into k micro-batches (rows i*B/k ...),
+      gradient_accumulation_steps: k > 1 splits the batch of B rows into k micro-batches (rows
+        [j*B//k, (j+1)*B//k): equal when k divides B, else differing by a row, some empty when B < k),
         averages their gradients in per-replica accumulators and applies them once, with the memory
         of one micro-batch. This is the update of the k-times larger batch when the loss is a mean
         over equally weighted rows; ELECTRA's token-normalised losses make it a mean of micro-batch
-        means, equal when the micro-batches hold as many tokens and masked slots. Micro-batch j draws its
+        means, equal when the micro-batches hold as many tokens and masked slots. (A summed loss
+        gives the batch's update when `loss_fn` scales it by k.) Micro-batch j draws its
         randomness from `fold_in(seed, j)`.
       clip_norm: clip each replica's (accumulated) gradient to this global norm before the
         optimizer aggregates it; None (default) leaves clipping to the optimizer.
@@ -120,12 +122,16 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
 
     def step(features, seed=None):
         seed = tf.random.uniform([2], maxval=2 ** 30, dtype=tf.int32) if seed is None else seed
-        micro = {name: tf.reshape(t, tf.concat([[k, -1], tf.shape(t)[1:]], 0)) for name, t in features.items()}
+        rows = tf.shape(next(iter(features.values())))[0]
+        fixed = next(iter(features.values())).shape[0]  # a static batch that k divides keeps static micro-batches
+        size = fixed // k if fixed is not None and fixed % k == 0 else None
         used = []  # which variables get gradients: fixed when the loop body is traced
 
         def micro_step(j, total):
             micro_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), tf.cast(j, tf.int64))
-            loss, grads = forward_backward({name: t[j] for name, t in micro.items()}, micro_seed)
+            first, end = j * rows // k, (j + 1) * rows // k
+            micro = {name: tf.ensure_shape(t[first:end], [size, *t.shape[1:]]) for name, t in features.items()}
+            loss, grads = forward_backward(micro, micro_seed)
             used[:] = [g is not None for g in grads]
             for accumulator, grad in zip(accumulators, grads):
                 if grad is not None:
