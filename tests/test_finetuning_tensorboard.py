@@ -70,3 +70,18 @@ def test_every_dev_evaluation_is_in_the_eval_events(trial_and_scores):
         for name, value in scores["mrpc"].items():
             assert scalars[f"mrpc/{name}"][step] == pytest.approx(value, rel=1e-6)
     assert all(0 <= scalars["mrpc/accuracy"][step] <= 100 for step in (PER_EPOCH, STEPS))
+
+
+def test_events_files_are_read_in_the_order_they_were_opened(tmp_path):
+    """A resumed run's files are read oldest first even where their names sort the other way (two
+    writers opened in the same second: the counter in the name sorts as text)."""
+    import tensorflow as tf
+    for value in (1.0, 2.0):
+        writer = tf.summary.create_file_writer(str(tmp_path))
+        with writer.as_default():
+            tf.summary.scalar("loss", value, step=1)
+        writer.close()
+    first, second = reporting.event_files(tmp_path)
+    first.rename(tmp_path / "events.out.tfevents.9999999999.z")
+    second.rename(tmp_path / "events.out.tfevents.0000000000.a")
+    assert [reporting.logged_points(path)[0][1]["loss"] for path in reporting.event_files(tmp_path)] == [1.0, 2.0]

@@ -145,8 +145,17 @@ def drop_torn_records(directory) -> List[str]:
 
 def event_files(log_dir) -> List[Path]:
     """The TensorBoard events files a Reporter (or fine-tuning's writer) left in `log_dir`, oldest
-    first: one per process that wrote there (a resumed run adds one)."""
-    return sorted(Path(log_dir).glob("events.out.tfevents.*"))
+    first: one per process that wrote there (a resumed run adds one). Ordered by the wall time of
+    each file's first logged value (its opening event has whole seconds only), not by name: a name
+    holds whole seconds and then a counter that sorts as text (".10" before ".9"); a file that has
+    logged nothing yet (just opened) comes last."""
+    from tensorflow.core.util import event_pb2
+
+    def began(path: Path) -> Tuple[float, str]:
+        events = (event_pb2.Event.FromString(record) for record in whole_records(path))
+        return next((event.wall_time for event in events if event.summary.value), float("inf")), path.name
+
+    return sorted(Path(log_dir).glob("events.out.tfevents.*"), key=began)
 
 
 def logged_points(events_file) -> List[Tuple[int, Dict[str, float]]]:
