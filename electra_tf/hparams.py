@@ -227,12 +227,19 @@ class HParams:
         return defaults
 
 
-def recorded_flag(path: Union[str, os.PathLike], name: str, default: Optional[bool] = None) -> Optional[bool]:
-    """`name` in the JSON object a tool wrote to `path` (a config.json, tokenizer_config.json, ...)
-    when it is true or false; else `default` (absent) or None (no such file, damaged, not a flag):
-    whoever reads the file in full names the damage."""
+def flags_of(document: Mapping, names, default: Optional[bool] = None) -> dict:
+    """{name: value} of `names` that a JSON object a tool wrote holds as true or false (`default`
+    where absent); a name with another value, or a document that is no object, gives nothing."""
+    if not isinstance(document, Mapping):
+        return {}
+    values = {name: document.get(name, default) for name in names}
+    return {name: value for name, value in values.items() if isinstance(value, bool)}
+
+
+def recorded_flags(path: Union[str, os.PathLike], names, default: Optional[bool] = None) -> dict:
+    """`flags_of` the JSON object in `path` (a config.json, tokenizer_config.json, ...), read once;
+    {} where there is no such file or it is damaged: whoever reads the file in full names that."""
     try:
-        value = json.loads(Path(path).read_text(encoding="utf-8")).get(name, default)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, bool) else None
+        return flags_of(json.loads(Path(path).read_text(encoding="utf-8")), names, default)
+    except (OSError, ValueError):
+        return {}

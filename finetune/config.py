@@ -24,7 +24,7 @@ from typing import List, Optional
 from electra_tf.checkpoints import CASING_FIELDS, casing_beside, vocab_beside
 from electra_tf.config import ARCHITECTURES, DEBUG_ARCHITECTURE, DEBUG_ATTENTION_HEADS, PRECISIONS
 from electra_tf.errors import InputError
-from electra_tf.hparams import HParams, HParamsSource, recorded_flag
+from electra_tf.hparams import HParams, HParamsSource, recorded_flags
 from electra_tf.modeling.bert_config import BertConfig, sized_encoder
 from finetune.tasks import canonical_name, check_user_tasks, get_task
 
@@ -201,10 +201,10 @@ class FinetuningConfig(HParams):
                                or os.path.join(self.data_dir, "vocab.txt"))
         if None in (self.do_lower_case, self.do_strip_accents):  # as the weights to start from were trained
             trial = Path(self.init_checkpoint) / RUN_CONFIG  # a fine-tuned trial's dir, evaluated or trained further
-            recorded = casing_beside(self.init_checkpoint) or {name: recorded_flag(trial, name) for name in CASING_FIELDS}
+            recorded = casing_beside(self.init_checkpoint) or recorded_flags(trial, CASING_FIELDS)
             for name in CASING_FIELDS:
                 if getattr(self, name) is None:
-                    setattr(self, name, True if recorded.get(name) is None else recorded[name])
+                    setattr(self, name, recorded.get(name, True))
         self._validate()
 
     @property

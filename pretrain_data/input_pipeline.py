@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from electra_tf.checkpoints import CASING_FIELDS
 from electra_tf.errors import InputError
+from electra_tf.hparams import flags_of
 from pretrain_data.records import STATS_FILE, check_shard, file_sha256, parse_examples, record_length
 
 DEFAULT_SHUFFLE_BUFFER = 10000  # the original's 100 barely mixes documents: neighbours share one
@@ -142,10 +143,11 @@ def check_build_casing(files: List[str], config) -> None:
     config.json records the run's, and fine-tuning, predicting and serving normalise text as it
     says, so it must be how the model's training text was normalised."""
     for folder, stats, recorded in _build_stats(files):
-        built = {name: recorded.get(name) for name in CASING_FIELDS}
-        compared = ["do_lower_case"] + (["do_strip_accents"] if config.do_lower_case and built["do_lower_case"] else [])
-        for name in compared:
-            if isinstance(built[name], bool) and built[name] != getattr(config, name):
+        built = flags_of(recorded, CASING_FIELDS)  # a build before a field records nothing of it
+        both_lower = config.do_lower_case and built.get("do_lower_case")  # accents are stripped only then
+        compared = ["do_lower_case"] + (["do_strip_accents"] if both_lower else [])
+        for name in (name for name in compared if name in built):
+            if built[name] != getattr(config, name):
                 raise InputError(f"{folder}: its records were built with {name} {str(built[name]).lower()} ({stats}), "
                                  f"but the run's {name} is {str(getattr(config, name)).lower()}: set "
                                  f"\"{name}\": {str(built[name]).lower()} in --hparams (fine-tuning follows what the "

@@ -14,7 +14,7 @@ import numpy as np
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import InputError
-from electra_tf.hparams import recorded_flag
+from electra_tf.hparams import recorded_flags
 from electra_tf.checkpoints.report import LoadReport, assign_weights, variable_name
 
 
@@ -74,9 +74,7 @@ def casing_beside(source) -> Dict[str, bool]:
         prefix = Path(f"{path}.index").is_file() and path.name.startswith("ckpt-")
         directory = path.parent if prefix and (path.parent / model_dir.CONFIG_FILE).is_file() else None
     if directory is not None:
-        config = directory / model_dir.CONFIG_FILE
-        recorded = {name: recorded_flag(config, name, default=True) for name in CASING_FIELDS}
-        return {name: value for name, value in recorded.items() if value is not None}
+        return recorded_flags(directory / model_dir.CONFIG_FILE, CASING_FIELDS, default=True)
     return hf.recorded_casing(path) if path.is_dir() else {}
 
 

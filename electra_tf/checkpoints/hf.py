@@ -26,7 +26,7 @@ import numpy as np
 
 from electra_tf.config import PRETRAINING_OBJECTIVES, PretrainingConfig, has_discriminator_mlm_head
 from electra_tf.errors import InputError
-from electra_tf.hparams import recorded_flag
+from electra_tf.hparams import recorded_flags
 from electra_tf.modeling.bert_config import BertConfig
 from electra_tf.modeling.layer_utils import LAYER_NORM_EPSILON
 from electra_tf.checkpoints.original import infer_config
@@ -363,10 +363,10 @@ def recorded_casing(path) -> Dict[str, bool]:
         directories = [Path(path)]
     for directory in directories:
         file = directory / "tokenizer_config.json"
-        lower = recorded_flag(file, "do_lower_case")
+        flags = recorded_flags(file, ("do_lower_case", "strip_accents"))
+        lower, strip = flags.get("do_lower_case"), flags.get("strip_accents")
         if lower is None:
             continue
-        strip = recorded_flag(file, "strip_accents")
         if strip and not lower:
             raise InputError(f"{file}: strip_accents true with do_lower_case false: this tokenizer, as the "
                              f"original's, strips accents only when it lower-cases; set strip_accents to false "
