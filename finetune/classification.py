@@ -101,8 +101,9 @@ class ClassificationTask(NamedLabels, SentenceTask):
     def predict_outputs(self, head, logits) -> Dict[str, tf.Tensor]:
         return {"probabilities": tf.nn.softmax(logits, axis=-1)}  # [B, C]
 
-    def lite_outputs(self):
-        return lambda logits: self.predict_outputs(None, logits)  # the label, their argmax, is LiteServer's
+    def lite_served(self, outputs) -> dict:
+        probabilities = outputs["probabilities"]  # [B, C]
+        return {"probabilities": probabilities, "label": np.array(self.labels, object)[probabilities.argmax(-1)]}
 
     def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
         return [{"label": self.labels[int(np.argmax(p))],

@@ -1,4 +1,5 @@
-"""A fine-tuned sentence classifier as a LiteRT (TFLite) model run by ai_edge_litert's interpreter.
+"""A fine-tuned sentence-level task (classification, multi-label, regression) as a LiteRT (TFLite)
+model run by ai_edge_litert's interpreter.
 
 What it is for: online serving, a few sentences per request. TensorFlow's executor runs a batch-1
 request as some 340 small oneDNN GEMMs (M = the sentence's 10-40 tokens) plus a few hundred other
@@ -8,19 +9,22 @@ activations quantized per call, about a quarter of the file; its accuracy cost i
 tests/test_litert.py and docs/finetuning.md.
 
 `export(model_dir, output_dir, int8)` writes, from a trial's model dir,
-    model.tflite     input_ids, input_mask, segment_ids int32 [B, L] -> probabilities float32 [B, C]:
+    model.tflite     input_ids, input_mask, segment_ids int32 [B, L] -> what predicting fetches
+                     (`Task.lite_outputs`: probabilities float32 [B, C] or [B, K], or score [B]):
                      the encoder on the real tokens alone (`Encoder.call_unpadded`, as the served
                      SavedModel), computing `[CLS]` alone in the last block, the task's head and
-                     a softmax; float32, or with `int8` dynamic-range quantized. Two signatures
-                     (`convert`): any batch, and one sentence, which XNNPACK runs nearly whole
-    litert.json      the task's name, its label names and whether the weights are int8
+                     its softmax, sigmoids or scale; float32, or with `int8` dynamic-range quantized.
+                     Two signatures (`convert`): any batch, and one sentence, which XNNPACK runs
+                     nearly whole
+    litert.json      the task's name and type and whether the weights are int8
     the run's finetuning_config.json, task_cards.json, vocab.txt and served_task, as a SavedModel's
                      assets.extra/ (`finetune.saved_model.copy_model_files`)
-and `LiteServer(output_dir)` serves it: raw texts in, {"probabilities" [B, C], "label" [B]} out, as
-the SavedModel's `serving_default`. It featurizes in Python as `predict.py` does (the task's own
+and `LiteServer(output_dir)` serves it: raw texts in, the SavedModel's `serving_default` outputs out
+(a classifier's {"probabilities", "label"}, a multi-label task's {"probabilities", "labels"}, a
+regression's {"score"}; the label names added in Python by `Task.lite_served`). It featurizes in Python as `predict.py` does (the task's own
 featurizing, equal to the SavedModel's in-graph one): a TensorFlow signature call for the tokenizer
-alone cost about 2 ms of a 10 ms batch-1 request. Classification tasks only (the head's softmax is
-in the graph).
+alone cost about 2 ms of a 10 ms batch-1 request. Tasks whose head reads `[CLS]` alone: a tagger or
+a SQuAD model reads every token (export those as SavedModels).
 `predict.py --int8` runs the same conversion in memory (`convert`, `interpreter`) for any task whose
 head reads `[CLS]` alone (`finetune.predicting`).
 """
@@ -95,11 +99,11 @@ def interpreter(flatbuffer: bytes, threads: int = 2, source: str = "the model"):
 
 
 def export(model_dir, output_dir, int8: bool = False, task=None, overwrite: bool = False) -> dict:
-    """Writes a trial's fine-tuned classifier (for `task`) as a LiteRT model dir; returns its card."""
+    """Writes a trial's fine-tuned task (`task`, or its only one) as a LiteRT model dir; returns its card."""
     check_output(output_dir, overwrite)
     server = build_server(model_dir, task)
-    flatbuffer = convert(server.encoder, server.head, int8, server.task.lite_outputs())  # probabilities [B, C]
-    card = {"task": server.task.name, "labels": [str(label) for label in server.task.labels], "int8": int8}
+    flatbuffer = convert(server.encoder, server.head, int8, server.task.lite_outputs())  # e.g. probabilities [B, C]
+    card = {"task": server.task.name, "type": server.task.type_name, "int8": int8}
     with staged_output(output_dir, overwrite, source=model_dir) as staging:
         (Path(staging) / MODEL_FILE).write_bytes(flatbuffer)
         copy_model_files(model_dir, Path(staging), server.task.name)
@@ -116,7 +120,6 @@ class LiteServer:
             raise InputError(f"{export_dir} is no LiteRT export ({CARD_FILE} is missing): write one with "
                              f"convert_checkpoint.py litert")
         self.card = json.loads((export_dir / CARD_FILE).read_text(encoding="utf-8"))
-        self.labels = np.array(self.card["labels"], object)
         self.config, self.task = read_served(export_dir)
         self.task_id = self.config.task_names.index(self.task.name)
         self.tokenizer = Tokenizer.of_config(export_dir / VOCAB_FILE, self.config)
@@ -131,5 +134,4 @@ class LiteServer:
         examples = [Example(i, text, None if text_b is None else text_b[i], None) for i, text in enumerate(text_a)]
         features = self.task.featurize(examples, self.tokenizer, self.config, self.task_id, "predict")
         batch = self.task.make_batch(features, range(len(examples)))  # padded to the batch's longest
-        probabilities = self.run(**{name: np.asarray(batch[name], np.int32) for name in FEATURES})["probabilities"]
-        return {"probabilities": probabilities, "label": self.labels[probabilities.argmax(axis=-1)]}
+        return self.task.lite_served(self.run(**{name: np.asarray(batch[name], np.int32) for name in FEATURES}))

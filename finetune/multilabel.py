@@ -118,6 +118,11 @@ class MultilabelTask(NamedLabels, SentenceTask):
     def prediction_rows(self, config, fetched, examples, features) -> List[dict]:
         return [self.output(p) for p in fetched["probabilities"]]
 
+    def lite_served(self, outputs) -> dict:
+        probabilities = outputs["probabilities"]  # [B, K]
+        names = np.array(self.labels, object)
+        return {"probabilities": probabilities, "labels": np.where(probabilities >= self.threshold, names, "")}
+
     def server(self, tokenizer, model, config, precision: str) -> MultilabelServer:
         return MultilabelServer(tokenizer, model, self, config.max_seq_length, precision)
 

@@ -122,6 +122,15 @@ class SentenceTask(Task):
         return write_test_predictions(results_dir, self.name, [e.index for e in split.examples],
                                       [self.output(p) for p in predictions])
 
+    def lite_outputs(self):
+        """In a LiteRT export's graph: what predicting fetches (numbers only; `finetune.litert`)."""
+        return lambda output: self.predict_outputs(None, output)
+
+    def lite_served(self, outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """A LiteRT export's outputs as the SavedModel's `serving_default` gives them: with the label
+        names its graph does not hold (regression: the score as it is)."""
+        return dict(outputs)
+
     @abc.abstractmethod
     def output(self, prediction) -> dict:
         """One prediction as a JSON object (what test predictions and `predict` write)."""

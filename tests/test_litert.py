@@ -3,8 +3,9 @@ SST-2 (not a constant one) and the real SST-2 dev sentences: float32 serves the 
 probabilities, in batches and one sentence at a time (the one-sentence signature, which XNNPACK
 runs nearly whole); int8 (dynamic-range) keeps its argmax on >= 99 % of the dev sentences and its dev
 accuracy within 0.3 points of float32's, through the export (in batches and one by one) and through
-`predict.py --int8`; a non-classification task is refused with one clear error, and --int8 with
---embeddings, and an export missing the file that names its task fails with one clear error."""
+`predict.py --int8`; --int8 with --embeddings is refused with one clear error, and an export missing
+the file that names its task fails with one. Multi-label and regression exports, and a tagger's
+refusal: tests/test_user_tasks.py."""
 
 import json
 import re
@@ -113,19 +114,6 @@ def test_int8_export_keeps_argmax_and_accuracy(trial, served, shared_data, tmp_p
     assert agreement >= 0.99
     assert abs(int8_accuracy - float_accuracy) <= 0.003
     assert np.abs(int8 - served).max() > 0  # really quantized
-
-
-def test_regression_task_is_refused(tmp_path, shared_data, vocab_file, capsys):
-    hparams = dict(task_names=["sts"], model_size="tiny", random_init=True, do_eval=False, vocab_file=str(vocab_file),
-                   raw_data_dir=str(shared_data / "glue"), max_examples=16, num_train_epochs=1.0,
-                   max_seq_length=32, keep_all_models=True)
-    assert run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "lite",
-                                "--hparams", json.dumps(hparams)]) == 0
-    trial_dir = next((tmp_path / "models").rglob("sts_model_1"))
-    assert convert_checkpoint.main(["litert", "--model-dir", str(trial_dir), "--output-dir",
-                                    str(tmp_path / "out")]) != 0
-    assert "not a classification task" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
 
 
 def test_predict_int8_keeps_argmax_and_accuracy(trial, served, shared_data, tmp_path):

@@ -1,7 +1,8 @@
 """The user's own tasks (`tasks` in --hparams): the general types reproduce the built-in presets
 they generalise (SST-2 as a CSV classification task predicts what `sst` predicts; CoNLL-2000 as a
-tagging task what `chunk` predicts), their metrics equal independent computations, a classifier
-and a tagger train in one run, and test predictions carry the rows' ids."""
+tagging task what `chunk` predicts), their metrics equal independent computations, their LiteRT
+exports serve what the SavedModel and the run give (a tagger's is refused), a classifier and a
+tagger train in one run, and test predictions carry the rows' ids."""
 
 import csv
 import io
@@ -21,6 +22,7 @@ from electra_tf.training.interruption import Interruption
 from finetune import chunking
 from finetune.config import FinetuningConfig
 from finetune.inputs import Features, pad_batch
+from finetune.litert import LiteServer
 from finetune.multitask import MixedFeatures, batch_spec, mixed_batch
 from finetune.runner import Trial, run
 from finetune.task_data import load_task_data, make_tokenizer
@@ -90,6 +92,12 @@ def trained(config):
     return scores, trial.predict(data.dev[0])[0], data
 
 
+def served_by_litert(model_dir, output_dir, text_a, text_b=None) -> dict:
+    """The outputs of a trial's LiteRT export (convert_checkpoint.py litert) on raw texts."""
+    assert convert_checkpoint.main(["litert", "--model-dir", str(model_dir), "--output-dir", str(output_dir)]) == 0
+    return LiteServer(output_dir)(text_a, text_b)
+
+
 def test_sst_as_a_csv_classification_task_predicts_what_sst_predicts(data_dir):
     built_in, built_in_predictions, _ = trained(config_of(data_dir, task_names=["sst"]))
     user, user_predictions, data = trained(config_of(data_dir, task_names=["reviews"], tasks={"reviews": REVIEWS}))
@@ -135,17 +143,27 @@ def test_multilabel_and_regression_metrics_equal_independent_ones(data_dir):
     assert outputs["labels"].tolist() == [[name if p >= 0.4 else "" for name, p in zip(task.labels, row)]
                                           for row in probabilities]
     assert 0 < (probabilities >= 0.4).sum() < probabilities.size  # labels both over and under the threshold
+    lite = served_by_litert(config.model_dir(1), data_dir / "topics_lite", [e.text_a for e in data.dev[0].examples])
+    assert sorted(lite) == ["labels", "probabilities"]
+    np.testing.assert_allclose(lite["probabilities"], outputs["probabilities"], atol=1e-5)
+    assert lite["labels"].tolist() == outputs["labels"].tolist()
     np_index = task.labels.index("NP")
     assert scores["topics"]["NP/f1"] == pytest.approx(100 * sk.f1_score(gold[:, np_index], predicted[:, np_index]))
 
     similarity = {"type": "regression", "format": "csv", "train": "similarity/train.csv",
                   "dev": "similarity/dev.csv", "text": "first", "text_b": "second", "label": "score", "scale": 5}
-    scores, values, data = trained(config_of(data_dir, task_names=["similarity"], tasks={"similarity": similarity}))
+    config = config_of(data_dir, task_names=["similarity"], tasks={"similarity": similarity})
+    scores, values, data = trained(config)
     targets = np.array([e.label for e in data.dev[0].examples])
     assert targets.max() <= 1.0 and targets.max() > 0.8  # learned as score / 5
     assert scores["similarity"]["pearson"] == pytest.approx(100 * stats.pearsonr(targets, values)[0], abs=1e-6)
     assert scores["similarity"]["spearman"] == pytest.approx(100 * stats.spearmanr(targets, values)[0], abs=1e-6)
     assert scores["similarity"]["mse"] == pytest.approx(float(np.mean((targets - values) ** 2)))
+    examples = data.dev[0].examples
+    lite = served_by_litert(config.model_dir(1), data_dir / "similarity_lite", [e.text_a for e in examples],
+                            [e.text_b for e in examples])
+    assert sorted(lite) == ["score"]
+    np.testing.assert_allclose(lite["score"], 5 * values, atol=5e-5)  # on the task's own scale
 
 
 def test_mixed_batches_of_glue_tasks_equal_padding_their_concatenation(data_dir):
@@ -164,7 +182,7 @@ def test_mixed_batches_of_glue_tasks_equal_padding_their_concatenation(data_dir)
         np.testing.assert_array_equal(mixed[key], padded[key], err_msg=key)
 
 
-def test_a_classifier_and_a_tagger_train_in_one_run(data_dir):
+def test_a_classifier_and_a_tagger_train_in_one_run(data_dir, capsys):
     config = config_of(data_dir, task_names=["my_reviews", "phrases"], tasks={"my_reviews": REVIEWS, "phrases": PHRASES},
                        num_trials=2, keep_best_model=True, keep_all_models=False)
     data = load_task_data(config, make_tokenizer(config))
@@ -177,6 +195,12 @@ def test_a_classifier_and_a_tagger_train_in_one_run(data_dir):
     assert document["aggregate"]["phrases"]["f1"]["n"] == 2
     assert [os.path.isdir(config.model_dir(trial)) for trial in (1, 2)] == [False, True]  # the last one is kept
     assert 0 <= document["aggregate"]["my_reviews"]["accuracy"]["median"] <= 100
+    refused = data_dir / "phrases_lite"  # a tagger reads every token: a LiteRT export serves [CLS] heads
+    assert convert_checkpoint.main(["litert", "--model-dir", config.model_dir(2), "--task", "phrases",
+                                    "--output-dir", str(refused)]) != 0
+    assert "task phrases is a tagging task; a LiteRT export serves tasks whose head reads [CLS] alone" \
+        in capsys.readouterr().err
+    assert not refused.exists()
 
 
 def test_a_user_tasks_test_predictions_carry_the_rows_ids(data_dir, shared_data):
