@@ -167,16 +167,16 @@ class Trial:
 
         def loss_fn(model, batch, seed):
             """This replica's (micro-batch's) rows' summed loss, or their share of the global batch's
-            mean, times the micro-batches the step averages: the optimizer sums the replicas' gradients,
-            so N replicas and k micro-batches take one device's step on the whole batch."""
+            mean: the step sums the micro-batches' gradients and the optimizer the replicas', so N
+            replicas and k micro-batches take one device's step on the whole batch."""
             outputs = model(batch, training=True)
             loss = model.loss(batch, outputs)  # []
-            if config.loss_reduction == "mean":  # each row holds the global batch's size (an empty micro-batch: 1)
+            if config.loss_reduction == "mean":  # each row holds the global batch's size (a replica's empty share: 1)
                 loss /= tf.reduce_max(tf.concat([batch[GLOBAL_ROWS], [1.0]], 0))
-            return loss * accumulation, outputs
+            return loss, outputs
 
         with strategy.scope():  # the micro-batches' gradient accumulators are per-replica variables
-            step_fn = make_train_step(self.model, self.optimizer, loss_fn=loss_fn,
+            step_fn = make_train_step(self.model, self.optimizer, loss_fn=loss_fn, sum_micro_batches=True,
                                       gradient_accumulation_steps=accumulation, on_gradients=self.gradient_norm.record)
 
         def train_step(batch):

@@ -311,3 +311,16 @@ def test_mixed_precision_gives_float32_logits_close_to_float32(tiny_model, tiny_
                        tiny_model.discriminator_logits(ids, mask, segments))):
         assert got.dtype == tf.float32
         assert np.abs(got.numpy() - want.numpy()).max() <= tolerance * np.abs(want.numpy()).max()
+
+
+@pytest.mark.parametrize("kernels", ["on", "off"])
+def test_a_batch_of_no_rows_encodes_to_no_rows(kernels):
+    """A replica's empty share of a short last batch: [0, L] ids give [0, L, H] in training too, with
+    TensorFlow's ops as with the CPU kernels (a reshape to [0, -1, heads, size] read -1 as 1: eagerly,
+    where the batch of 0 is static)."""
+    import contextlib
+    from electra_tf import cpu_kernels
+    encoder = build_encoder(TINY)
+    ids = tf.zeros([0, 5], tf.int32)
+    with cpu_kernels.disabled() if kernels == "off" else contextlib.nullcontext():
+        assert encoder(ids, tf.ones_like(ids), tf.zeros_like(ids), training=True).shape == (0, 5, TINY.hidden_size)

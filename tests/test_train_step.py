@@ -246,6 +246,41 @@ def test_gradient_accumulation_equals_one_large_batch(k):
     assert seen[0].shape == (16 // k, 6)  # on_output sees each micro-batch
 
 
+@pytest.mark.parametrize("rows", [7, 2])
+def test_summed_micro_batches_take_the_whole_batchs_float16_step(mixed_float16, rows):
+    """A summed loss (fine-tuning's) in 3 micro-batches with `sum_micro_batches`: under dynamic loss
+    scaling each row's float16 gradient is the whole batch's, so a scale the whole batch takes
+    (2^15: d loss / d output = 32768 per row; no bias, whose gradient would sum the rows) is taken, and the step is the whole batch's (7 rows: 2,
+    2 and 3; 2 rows: one micro-batch empty, skipped). Scaling the loss by k and averaging instead
+    overflows there (98304 > float16's 65504): the step is skipped and the scale halved."""
+    x = tf.random.stateless_uniform([rows, 4], [1, 2], maxval=0.1)
+
+    def one_step(accumulation, sum_micro_batches=True, scale_loss_by=1):
+        tf_keras.utils.set_random_seed(5)
+        model = tf_keras.Sequential([tf_keras.Input([4]), tf_keras.layers.Dense(1, use_bias=False)])  # float16
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.legacy.SGD(0.1),
+                                                                initial_scale=2.0 ** 15)
+        start = [v.numpy() for v in model.trainable_variables]
+
+        def loss_fn(m, features, seed):
+            return tf.reduce_sum(tf.cast(m(features["x"]), tf.float32)) * scale_loss_by, None
+
+        step = tf.function(make_train_step(model, optimizer, loss_fn=loss_fn, gradient_accumulation_steps=accumulation,
+                                           sum_micro_batches=sum_micro_batches))
+        loss = float(step({"x": x}, tf.constant([0, 1])))
+        moved = max(float(np.abs(v.numpy() - s).max()) for v, s in zip(model.trainable_variables, start))
+        return loss, [v.numpy() for v in model.trainable_variables], float(optimizer.loss_scale), moved
+
+    whole_loss, whole, whole_scale, moved = one_step(1)
+    loss, weights, scale, _ = one_step(3)
+    assert whole_scale == scale == 2.0 ** 15 and moved > 0.01  # applied, nothing overflowed
+    assert loss == pytest.approx(whole_loss, rel=1e-3)
+    for a, b in zip(weights, whole):
+        np.testing.assert_allclose(a, b, atol=1e-3)  # float16 rounding of the per-row gradients
+    _, _, scale, moved = one_step(3, sum_micro_batches=False, scale_loss_by=3)
+    assert scale == 2.0 ** 14 and moved == 0.0
+
+
 def test_slots_created_up_front_mean_one_trace_and_the_same_losses():
     """create_slots before the first call: the step is traced once, not twice (TensorFlow traces
     again once the first call has created the optimizer's variables), with the same losses."""

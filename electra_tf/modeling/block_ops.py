@@ -41,7 +41,10 @@ def attention_core(qkv: tf.Tensor, mask_bias: tf.Tensor, dropout: Dropout, num_h
         return tf.reshape(context, [-1, hidden])
     # The batch size when it is static, and the length as -1: a LiteRT graph of one sentence then has
     # constant reshapes, and XNNPACK runs the whole block (it runs no reshape to a computed shape).
-    heads_shape = [mask_bias.shape[0] or batch, -1, num_heads, head_size]
+    # Else both as computed: -1 beside a batch of 0 rows (a replica's empty share) would stand for 1.
+    static_batch = mask_bias.shape[0]
+    heads_shape = [static_batch, -1, num_heads, head_size] if static_batch else [batch, seq_length, num_heads,
+                                                                                  head_size]
     query, key, value = (tf.transpose(tf.reshape(part, heads_shape), [0, 2, 1, 3])
                          for part in tf.split(qkv, 3, axis=-1))  # each [B, heads, L, head_size]
     # Scaling the queries equals scaling the scores (the original) on B*L*H values, not B*heads*L*L.

@@ -38,7 +38,8 @@ def _pretraining_loss(stage: str) -> LossFn:
 def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy.Optimizer, *,
                     loss_fn: Optional[LossFn] = None, stage: str = "joint", variables: Optional[list] = None,
                     jit_compile: bool = False,
-                    gradient_accumulation_steps: int = 1, clip_norm: Optional[float] = None,
+                    gradient_accumulation_steps: int = 1, sum_micro_batches: bool = False,
+                    clip_norm: Optional[float] = None,
                     on_output: Optional[Callable[[dict, Any], None]] = None,
                     on_gradients: Optional[Callable[[List[Any]], None]] = None
                     ) -> Callable[[dict, Optional[tf.Tensor]], tf.Tensor]:
@@ -56,13 +57,17 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
         PretrainingModel's `trainable_variables_for(stage)` leaves a frozen generator out).
       jit_compile: compile forward + backward with XLA.
       gradient_accumulation_steps: k > 1 splits the batch of B rows into k micro-batches (rows
-        [j*B//k, (j+1)*B//k): equal when k divides B, else differing by a row, some empty when B < k),
-        averages their gradients in per-replica accumulators and applies them once, with the memory
-        of one micro-batch. This is the update of the k-times larger batch when the loss is a mean
-        over equally weighted rows; ELECTRA's token-normalised losses make it a mean of micro-batch
-        means, equal when the micro-batches hold as many tokens and masked slots. (A summed loss
-        gives the batch's update when `loss_fn` scales it by k.) Micro-batch j draws its
-        randomness from `fold_in(seed, j)`.
+        [j*B//k, (j+1)*B//k): equal when k divides B, else differing by a row; an empty one, when
+        B < k, is skipped), averages their gradients in per-replica accumulators and applies them
+        once, with the memory of one micro-batch. This is the update of the k-times larger batch
+        when the loss is a mean over equally weighted rows; ELECTRA's token-normalised losses make
+        it a mean of micro-batch means, equal when the micro-batches hold as many tokens and masked
+        slots. Micro-batch j draws its randomness from `fold_in(seed, j)`.
+      sum_micro_batches: add the micro-batches' gradients and losses up instead of averaging them:
+        the batch's update when `loss_fn` gives each micro-batch its rows' share of the batch's
+        loss (a sum over rows, or their part of its mean). Scaling such a loss by k instead would
+        make each row's float16 gradient k times larger under loss scaling, overflowing where the
+        whole batch does not.
       clip_norm: clip each replica's (accumulated) gradient to this global norm before the
         optimizer aggregates it; None (default) leaves clipping to the optimizer.
       on_output: called as `on_output(micro_batch_features, output)` after each forward pass (for
@@ -127,21 +132,27 @@ def make_train_step(model: tf_keras.Model, optimizer: tf_keras.optimizers.legacy
         size = fixed // k if fixed is not None and fixed % k == 0 else None
         used = []  # which variables get gradients: fixed when the loop body is traced
 
+        def accumulate(micro, micro_seed):
+            loss, grads = forward_backward(micro, micro_seed)
+            used[:] = [g is not None for g in grads]
+            with tf.control_dependencies([accumulator.assign_add(tf.convert_to_tensor(grad))
+                                          for accumulator, grad in zip(accumulators, grads) if grad is not None]):
+                return tf.identity(loss)
+
         def micro_step(j, total):
             micro_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), tf.cast(j, tf.int64))
             first, end = j * rows // k, (j + 1) * rows // k
             micro = {name: tf.ensure_shape(t[first:end], [size, *t.shape[1:]]) for name, t in features.items()}
-            loss, grads = forward_backward(micro, micro_seed)
-            used[:] = [g is not None for g in grads]
-            for accumulator, grad in zip(accumulators, grads):
-                if grad is not None:
-                    accumulator.assign_add(tf.convert_to_tensor(grad))
+            if size:  # static and equal micro-batches, none of them empty
+                return j + 1, total + accumulate(micro, micro_seed)
+            loss = tf.cond(end > first, lambda: accumulate(micro, micro_seed), lambda: tf.constant(0.0))
             return j + 1, total + loss
 
         _, total = tf.while_loop(lambda j, _: j < k, micro_step, (tf.constant(0), tf.constant(0.0)))
-        apply([a.read_value() / k if use else None for a, use in zip(accumulators, used)])
+        divisor = 1 if sum_micro_batches else k
+        apply([a.read_value() / divisor if use else None for a, use in zip(accumulators, used)])
         for accumulator in accumulators:
             accumulator.assign(tf.zeros_like(accumulator))
-        return total / k
+        return total / divisor
 
     return step
