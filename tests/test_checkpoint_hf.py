@@ -315,6 +315,9 @@ def test_import_of_an_hf_download(tmp_path, vocab_file, glue_batch, capsys):
     assert convert_checkpoint.main(["from-hf", "--hf-dir", str(download / "discriminator"),
                                     "--output-dir", str(cased)]) == 0
     assert read_pretrained(cased).config.do_lower_case is False
+    (download / "discriminator" / "tokenizer_config.json").write_text('{"strip_accents": false}')  # HF lower-cases
+    config = read_pretrained(download / "discriminator").config
+    assert (config.do_lower_case, config.do_strip_accents) == (True, False)
     (download / "discriminator" / "tokenizer_config.json").write_text('{"do_lower_case": false, "strip_accents": true}')
     with pytest.raises(InputError, match="strip_accents true with do_lower_case false: this tokenizer"):
         read_pretrained(download / "discriminator")  # HF would strip without lower-casing; ours cannot

@@ -354,9 +354,10 @@ def _objective(directory: Path) -> Optional[str]:
 def recorded_casing(path) -> Dict[str, bool]:
     """The casing an HF dir's tokenizer records, as PretrainingConfig's `do_lower_case` and
     `do_strip_accents`: the first tokenizer_config.json of its network dirs (an export's
-    discriminator/), then its top dir, that records `do_lower_case`; {} where none does. HF's
-    `strip_accents` null strips whenever it lower-cases (true here); true without lower-casing
-    strips alone, which this tokenizer, as the original's, cannot: an error."""
+    discriminator/), then its top dir, that records `do_lower_case` or `strip_accents`; {} where none
+    does. HF's `do_lower_case` is true where absent, and its `strip_accents` null strips whenever it
+    lower-cases (true here); true without lower-casing strips alone, which this tokenizer, as the
+    original's, cannot: an error."""
     try:
         directories = [*network_dirs(path).values(), Path(path)]
     except InputError:  # a damaged config.json: loading the weights names it
@@ -364,12 +365,13 @@ def recorded_casing(path) -> Dict[str, bool]:
     for directory in directories:
         file = directory / "tokenizer_config.json"
         flags = recorded_flags(file, ("do_lower_case", "strip_accents"))
-        lower, strip = flags.get("do_lower_case"), flags.get("strip_accents")
-        if lower is None:
+        if not flags:
             continue
+        lower, strip = flags.get("do_lower_case", True), flags.get("strip_accents")
         if strip and not lower:
             raise InputError(f"{file}: strip_accents true with do_lower_case false: this tokenizer, as the "
                              f"original's, strips accents only when it lower-cases; set strip_accents to false "
-                             f"there to use the model on text that keeps its accents")
+                             f"there (or do_lower_case and do_strip_accents in --hparams) to use the model on "
+                             f"text that keeps its accents")
         return {"do_lower_case": lower, "do_strip_accents": strip is not False}
     return {}
