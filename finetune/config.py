@@ -239,9 +239,8 @@ class FinetuningConfig(HParams):
         _require(self.recipe in RECIPES, f"recipe {self.recipe!r} is not one of: {', '.join(RECIPES)}")
         _require(self.loss_reduction in LOSS_REDUCTIONS,
                  f"loss_reduction {self.loss_reduction!r} is not one of: {', '.join(LOSS_REDUCTIONS)}")
-        _require(1 <= self.gradient_accumulation_steps <= self.train_batch_size,
-                 f"gradient_accumulation_steps {self.gradient_accumulation_steps} must be at least 1 and at most "
-                 f"train_batch_size ({self.train_batch_size}): each micro-batch holds a row or more")
+        _require(self.gradient_accumulation_steps >= 1,
+                 f"gradient_accumulation_steps {self.gradient_accumulation_steps} must be at least 1")
         _require(self.precision in PRECISIONS,
                  f"precision {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         _require(self.strategy in STRATEGIES, f"strategy {self.strategy!r} is not one of: "

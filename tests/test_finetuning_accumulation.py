@@ -53,9 +53,7 @@ def test_micro_batches_train_the_whole_batchs_weights(data_dir, monkeypatch, red
         assert micro_scores["mrpc"][metric] == pytest.approx(value, abs=1e-4 if metric == "loss" else 0.0), metric
 
 
-def test_accumulation_steps_below_one_or_above_the_batch_are_refused(data_dir):  # noqa: F811
+def test_accumulation_steps_below_one_are_refused(data_dir):  # noqa: F811
     from electra_tf.errors import InputError
-    for steps in (0, 17):
-        with pytest.raises(InputError, match=f"gradient_accumulation_steps {steps} must be at least 1 and at most "
-                                             r"train_batch_size \(16\)"):
-            finetuning_config(data_dir, gradient_accumulation_steps=steps)
+    with pytest.raises(InputError, match="gradient_accumulation_steps 0 must be at least 1"):
+        finetuning_config(data_dir, gradient_accumulation_steps=0)
