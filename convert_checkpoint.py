@@ -15,9 +15,9 @@ A model dir is what run_pretraining.py writes (config.json, vocab.txt, ckpt-N); 
 takes a trial's dir of run_finetuning.py (a classifier, regressor, tagger or SQuAD model on raw text; --task
 picks one task of a multi-task run; --precision mixed_bfloat16 serves in bfloat16). litert exports a
 trial's classifier, multi-label task or regressor for ai_edge_litert's interpreter (online serving;
---int8 quantizes its weights; finetune.litert). to-original, to-hf and saved-model export a model dir's latest checkpoint, or its
-ckpt-N with --step N. Imports print a load report (loaded / missing / unused variables); an existing
-output dir needs --overwrite.
+--int8 quantizes its weights; finetune.litert). to-original, to-hf and saved-model export a model
+dir's latest checkpoint, or its ckpt-N with --step N. Imports print a load report (loaded / missing /
+unused variables); an existing output dir needs --overwrite.
 """
 
 import argparse
@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     served.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32",
                         help="the served graph's compute: mixed_bfloat16 runs its matmuls in bfloat16 on the "
                              "float32 weights; outputs stay float32")
-    lite = command("litert", "export a fine-tuned classifier, multi-label task or regressor as a LiteRT model with its tokenizer (serve it with "
-                   "finetune.litert.LiteServer: lower batch-1 latency than the SavedModel)", "--model-dir",
+    lite = command("litert", "export a fine-tuned classifier, multi-label task or regressor as a LiteRT model "
+                   "with its tokenizer (serve it with finetune.litert.LiteServer: lower batch-1 latency than "
+                   "the SavedModel)", "--model-dir",
                    "a fine-tuning trial's finetuning_models/<tasks>_model_<trial>")
     lite.add_argument("--task", default=None, help="the task to serve (default: the run's only one)")
     lite.add_argument("--int8", action="store_true",

@@ -127,8 +127,9 @@ class Task(abc.ABC):
 
     def lite_outputs(self) -> Callable[[tf.Tensor], Dict[str, tf.Tensor]]:
         """The function giving a LiteRT export's outputs (`finetune.litert`) of the head's output on `[CLS]`."""
-        raise InputError(f"task {self.name} is a {self.type_name} task; a LiteRT export serves tasks whose head reads "
-                         f"[CLS] alone: classification, multi-label, regression (use convert_checkpoint.py saved-model)")
+        raise InputError(f"task {self.name} is a {self.type_name} task; a LiteRT export serves tasks whose head "
+                         f"reads [CLS] alone: classification, multi-label, regression (use convert_checkpoint.py "
+                         f"saved-model)")
 
     def server(self, tokenizer, model, config, precision: str) -> tf.Module:
         """A tf.Module whose `serve` and `embed` functions take raw strings (finetune.saved_model),

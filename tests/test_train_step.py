@@ -249,10 +249,11 @@ def test_gradient_accumulation_equals_one_large_batch(k):
 @pytest.mark.parametrize("rows", [7, 2])
 def test_summed_micro_batches_take_the_whole_batchs_float16_step(mixed_float16, rows):
     """A summed loss (fine-tuning's) in 3 micro-batches with `sum_micro_batches`: under dynamic loss
-    scaling each row's float16 gradient is the whole batch's, so a scale the whole batch takes
-    (2^15: d loss / d output = 32768 per row; no bias, whose gradient would sum the rows) is taken, and the step is the whole batch's (7 rows: 2,
-    2 and 3; 2 rows: one micro-batch empty, skipped). Scaling the loss by k and averaging instead
-    overflows there (98304 > float16's 65504): the step is skipped and the scale halved."""
+    scaling each row's float16 gradient is the whole batch's, so a scale the whole batch takes (2^15:
+    d loss / d output = 32768 per row; no bias, whose gradient would sum the rows) is taken, and the
+    step is the whole batch's (7 rows: 2, 2 and 3; 2 rows: one micro-batch empty, skipped). Scaling
+    the loss by k and averaging instead overflows there (98304 > float16's 65504): the step is
+    skipped and the scale halved."""
     x = tf.random.stateless_uniform([rows, 4], [1, 2], maxval=0.1)
 
     def one_step(accumulation, sum_micro_batches=True, scale_loss_by=1):
