@@ -23,8 +23,9 @@ and `LiteServer(output_dir)` serves it: raw texts in, the SavedModel's `serving_
 (a classifier's {"probabilities", "label"}, a multi-label task's {"probabilities", "labels"}, a
 regression's {"score"}; the label names added in Python by `Task.lite_served`). It featurizes in
 Python as `predict.py` does (the task's own featurizing, equal to the SavedModel's in-graph one): a
-TensorFlow signature call for the tokenizer alone cost about 2 ms of a 10 ms batch-1 request. Tasks whose head reads `[CLS]` alone: a tagger or
-a SQuAD model reads every token (export those as SavedModels).
+TensorFlow signature call for the tokenizer alone cost about 2 ms of a 10 ms batch-1 request. Tasks
+whose head reads `[CLS]` alone: a tagger or a SQuAD model reads every token (export those as
+SavedModels).
 `predict.py --int8` runs the same conversion in memory (`convert`, `interpreter`) for any task whose
 head reads `[CLS]` alone (`finetune.predicting`).
 """
