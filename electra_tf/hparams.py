@@ -227,19 +227,24 @@ class HParams:
         return defaults
 
 
+def json_object(path: Union[str, os.PathLike]) -> dict:
+    """The JSON object a tool wrote to `path` (a config.json, tokenizer_config.json, a build's
+    stats.json, ...); {} where there is no such file, it is damaged or holds no object: whoever
+    reads the file in full names that."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
 def flags_of(document: Mapping, names, default: Optional[bool] = None) -> dict:
     """{name: value} of `names` that a JSON object a tool wrote holds as true or false (`default`
-    where absent); a name with another value, or a document that is no object, gives nothing."""
-    if not isinstance(document, Mapping):
-        return {}
+    where absent); a name with another value (null, a string) gives nothing."""
     values = {name: document.get(name, default) for name in names}
     return {name: value for name, value in values.items() if isinstance(value, bool)}
 
 
 def recorded_flags(path: Union[str, os.PathLike], names, default: Optional[bool] = None) -> dict:
-    """`flags_of` the JSON object in `path` (a config.json, tokenizer_config.json, ...), read once;
-    {} where there is no such file or it is damaged: whoever reads the file in full names that."""
-    try:
-        return flags_of(json.loads(Path(path).read_text(encoding="utf-8")), names, default)
-    except (OSError, ValueError):
-        return {}
+    """`flags_of` the JSON object in `path`, read once."""
+    return flags_of(json_object(path), names, default)

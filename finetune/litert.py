@@ -120,7 +120,6 @@ class LiteServer:
         if not (export_dir / CARD_FILE).is_file():
             raise InputError(f"{export_dir} is no LiteRT export ({CARD_FILE} is missing): write one with "
                              f"convert_checkpoint.py litert")
-        self.card = json.loads((export_dir / CARD_FILE).read_text(encoding="utf-8"))
         self.config, self.task = read_served(export_dir)
         self.task_id = self.config.task_names.index(self.task.name)
         self.tokenizer = Tokenizer.of_config(export_dir / VOCAB_FILE, self.config)

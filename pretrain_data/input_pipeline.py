@@ -11,7 +11,6 @@ files (or, when there are fewer files than pipelines, its own records) and batch
 batches in the same order (needed for reproducible and resumable training).
 """
 
-import json
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
@@ -19,7 +18,7 @@ import tensorflow as tf
 
 from electra_tf.checkpoints import CASING_FIELDS
 from electra_tf.errors import InputError
-from electra_tf.hparams import flags_of
+from electra_tf.hparams import flags_of, json_object
 from pretrain_data.records import STATS_FILE, check_shard, file_sha256, parse_examples, record_length
 
 DEFAULT_SHUFFLE_BUFFER = 10000  # the original's 100 barely mixes documents: neighbours share one
@@ -114,11 +113,8 @@ def _build_stats(files: List[str]) -> Iterator[Tuple[Path, Path, dict]]:
         stats = next((f / STATS_FILE for f in (folder, folder.parent) if (f / STATS_FILE).is_file()), None)
         if stats is None:
             continue
-        try:
-            recorded = json.loads(stats.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # not a build's statistics
-        if isinstance(recorded, dict):
+        recorded = json_object(stats)
+        if recorded:  # else not a build's statistics
             yield folder, stats, recorded
 
 
