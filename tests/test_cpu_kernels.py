@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -256,6 +257,34 @@ def test_a_failed_build_warns_once_and_the_model_uses_tensorflows_ops(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "fallback ok" in done.stdout, done.stderr[-3000:]
     assert not list((tmp_path / "build").glob("*.so"))  # nothing half-written
+
+
+def test_processes_that_start_together_compile_once_and_a_killed_builder_blocks_nobody(tmp_path, monkeypatch, capfd):
+    """On a new machine a run's workers (or a test suite's processes) start together: one compiles
+    and the others wait for its library rather than spend the 40 s again. A builder killed while it
+    holds the lock leaves it free. Threads stand for the processes: each opens the lock file itself."""
+    compiles = tmp_path / "compiles"
+    compiler = tmp_path / "fake_cxx"  # records its call, takes a second, writes the file after -o
+    compiler.write_text(f'#!/bin/sh\necho call >> {compiles}\nsleep 1\n'
+                        'while [ "$1" != -o ]; do shift; done\necho built > "$2"\n')
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    path = tmp_path / "build" / "cpu_kernels_test.so"
+    path.parent.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\nlock = open(sys.argv[1], 'w')\n"
+                               "fcntl.flock(lock, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(600)",
+                               str(path.with_suffix(".lock"))], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    holder.kill()
+    holder.wait()
+    builders = [threading.Thread(target=cpu_kernels.build, args=(path,)) for _ in range(3)]
+    for builder in builders:
+        builder.start()
+    for builder in builders:
+        builder.join()
+    assert compiles.read_text() == "call\n" and path.read_text() == "built\n"
+    assert capfd.readouterr().err.count("waiting for another process's build") == 2
+    assert sorted(p.name for p in path.parent.iterdir()) == ["cpu_kernels_test.lock", "cpu_kernels_test.so"]
 
 
 def test_the_build_runs_when_the_model_is_made_not_while_it_is_traced(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ saved (a SavedModel must load without this library).
 """
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import platform
@@ -86,15 +87,27 @@ def library_path() -> Path:
 
 
 def build(path: Path) -> None:
-    """Compiles the kernels into `path` (to a temporary name first: concurrent builds are safe)."""
+    """Compiles the kernels into `path` unless another process has meanwhile. One build at a time
+    per path (a lock file beside it, released by the OS if its holder dies): the processes a run or
+    a test suite starts together on a new machine would otherwise each spend the 40 s of CPU. The
+    compiler writes a temporary name first, so a killed build leaves nothing that looks built."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"electra_tf: compiling the fused CPU kernels into {path} (once; about 40 s)", file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        staged = Path(tmp) / path.name
-        done = subprocess.run(_compile_command(staged), capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"compiling {', '.join(map(str, SOURCES))} failed:\n{done.stderr[-3000:]}")
-        os.replace(staged, path)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"electra_tf: waiting for another process's build of {path}", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return
+        print(f"electra_tf: compiling the fused CPU kernels into {path} (once; about 40 s)", file=sys.stderr,
+              flush=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            staged = Path(tmp) / path.name
+            done = subprocess.run(_compile_command(staged), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"compiling {', '.join(map(str, SOURCES))} failed:\n{done.stderr[-3000:]}")
+            os.replace(staged, path)
 
 
 def library():
