@@ -192,6 +192,26 @@ def test_fidelity_citations_name_a_section():
     assert cited and not broken, "citations of missing sections of docs/fidelity.md:\n" + "\n".join(broken)
 
 
+def test_cited_tests_exist_where_the_docs_say():
+    """A test a page names (`tests/test_x.py`, `test_name`, or `tests/test_x.py` (`test_name`, ...))
+    exists, in the file named: a renamed or moved test otherwise sends the reader looking."""
+    defined = {path.name: set(re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), flags=re.M))
+               for path in (REPO / "tests").glob("test_*.py")}
+    anywhere = set().union(*defined.values())
+    wrong = []
+    for page in DOCS:
+        text = page.read_text(encoding="utf-8")
+        where = f"{page.relative_to(REPO)}"
+        wrong += [f"{where}: tests/{name} does not exist" for name in re.findall(r"tests/(test_\w+\.py)", text)
+                  if name not in defined]
+        wrong += [f"{where}: no test is named {name}" for name in re.findall(r"`(test_\w+)(?:\[[^\]`]*\])?`", text)
+                  if name not in anywhere]
+        for file, names in re.findall(r"`tests/(test_\w+\.py)`\s+\(([^)]*)\)", text):
+            wrong += [f"{where}: {name} is not in tests/{file}" for name in re.findall(r"`(test_\w+)", names)
+                      if file in defined and name in anywhere and name not in defined[file]]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_serving_page_shows_each_task_types_predict_output():
     """docs/serving.md shows, for every task type, a predict.py command followed by the first JSON
     lines it writes, with the keys predict.py writes for that type; and every SavedModel signature."""
