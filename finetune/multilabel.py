@@ -65,13 +65,17 @@ class MultilabelTask(NamedLabels, SentenceTask):
                    spec.get("label_delimiter"), spec.get("threshold", 0.5))
 
     def cell_labels(self, cell, path: Path, line: int) -> Tuple[str, ...]:
-        """The labels of a cell: a list, a JSON list in a string, or the cell split on the delimiter."""
+        """The labels of a cell: a list, a JSON list in a string, or the cell split on the delimiter.
+        A cell written as a list but not in JSON (Python's repr, as pandas writes one) is an error:
+        split on the delimiter it would give labels such as "['billing'"."""
         value = cell
         if isinstance(value, str) and value.strip().startswith("["):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
-                pass
+                if value.strip().endswith("]"):
+                    raise InputError(f"{path}:{line}: labels {cell!r} are written as a list but not as JSON "
+                                     f"(write [\"a\", \"b\"], with double quotes)") from None
         if isinstance(value, str) and self.label_delimiter is not None:
             value = [part for part in value.split(self.label_delimiter) if part.strip()]
         if not isinstance(value, list):

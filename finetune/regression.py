@@ -37,7 +37,7 @@ class RegressionTask(SentenceTask):
     def label_value(self, cell, path: Path, line: int) -> float:
         try:
             value = float(cell)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer past float's range
             value = float("nan")
         if isinstance(cell, bool) or not np.isfinite(value):
             raise InputError(f"{path}:{line}: target {cell!r} is not a number")

@@ -135,6 +135,8 @@ def _jsonl_rows(path: Path, lines, columns: Dict[str, Column], optional,
             record = json.loads(raw)
         except json.JSONDecodeError as error:
             raise InputError(f"{path}:{line}: not a JSON object ({error.msg})") from None
+        except ValueError as error:  # an integer past Python's digit limit
+            raise InputError(f"{path}:{line}: not a JSON object ({error})") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}:{line}: not a JSON object")
         cells = {}

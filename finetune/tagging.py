@@ -126,9 +126,10 @@ class TaggingTask(Task):
                 raise InputError(f"{self.path(split)}: cannot read it ({error.strerror})") from None
             # blank lines and empty sentences are left out, as train's and dev's blank lines are
             source = InputSource.open(str(self.path(split)), self.format, skip_empty=True)
-            return [dataclasses.replace(sentence, row_id=row_id)
-                    for row_id, sentence in itertools.islice(self.read_inputs(source), max_examples)]
-        sentences = self._sentences(self.path(split), max_examples)
+            sentences = [dataclasses.replace(sentence, row_id=row_id)
+                         for row_id, sentence in itertools.islice(self.read_inputs(source), max_examples)]
+        else:
+            sentences = self._sentences(self.path(split), max_examples)
         if not sentences:
             raise InputError(f"{self.path(split)}: holds no sentences")
         return sentences

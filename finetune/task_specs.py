@@ -10,6 +10,7 @@ kind; `build_task` makes the task of a checked spec. Every field is documented i
 docs/finetuning.md ("Your own tasks"); FIELDS below is the list it documents.
 """
 
+import math
 from typing import Optional
 
 from electra_tf.errors import InputError
@@ -81,8 +82,8 @@ def check_spec(name: str, spec) -> None:
         raise InputError(f"{where}.labels names {repeated!r} twice")
     if not 0 < spec.get("threshold", 0.5) < 1:
         raise InputError(f"{where}.threshold must lie between 0 and 1 (a probability), got {spec['threshold']!r}")
-    if spec.get("scale", 1) == 0:
-        raise InputError(f"{where}.scale must not be 0")
+    if "scale" in spec and not (math.isfinite(spec["scale"]) and spec["scale"] != 0):  # its kind is checked above
+        raise InputError(f"{where}.scale must be a finite number other than 0, got {spec['scale']!r}")
 
 
 def build_task(name: str, spec: dict, root: Optional[str], card: Optional[dict] = None) -> Task:

@@ -113,10 +113,33 @@ def vocab(tmp_path, vocab_file):
     ({**CSV, "header": False, "text": 0, "label": 1, "id": "row"}, {"train.csv": "fine film,pos\n",
                                                                      "dev.csv": "fine film,pos\n"},
      r"t/train.csv: id column 'row' is a name, but the task says the file has no header: give its index"),
+    # a list as Python (and pandas) write it is not split on the delimiter into labels "['a'" and " 'b']"
+    ({**CSV, "type": "multilabel", "label_delimiter": ","},
+     {"train.csv": 'text,label\nfine,a\nbad,"[\'a\', \'b\']"\n', "dev.csv": GOOD_CSV},
+     r"t/train.csv:3: labels \"\['a', 'b'\]\" are written as a list but not as JSON"),
+    # past a float's range, or past Python's 4,300-digit limit for a JSON integer
+    ({**CSV, "type": "regression", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": 1}\n{"text": "b", "label": 1%s}\n' % ("0" * 400)},
+     r"t/train.jsonl:2: target 10+ is not a number"),
+    ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
+     {"train.jsonl": '{"text": "a", "label": "x"}\n{"text": "b", "label": 1%s}\n' % ("0" * 5000)},
+     r"t/train.jsonl:2: not a JSON object \(Exceeds the limit"),
 ])
 def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     with pytest.raises(InputError, match=message):
         load(tmp_path, spec, files)
+
+
+@pytest.mark.parametrize("spec, files, message", [
+    ({**TAGGING_JSONL, "test": "t/test.jsonl"},
+     {"train.jsonl": '{"tokens": ["a"], "tags": ["O"]}\n', "test.jsonl": "\n"}, r"t/test.jsonl: holds no sentences"),
+    ({"type": "tagging", "format": "conll", "train": "t/train.txt", "dev": "t/train.txt", "test": "t/test.txt"},
+     {"train.txt": "John B-PER\n", "test.txt": "-DOCSTART- -X- O\n\n"}, r"t/test.txt: holds no sentences"),
+])
+def test_a_tagging_test_file_without_a_sentence_is_refused_before_training(tmp_path, spec, files, message):
+    """Read with the data, before anything trains: it failed with a KeyError after the first trial."""
+    with pytest.raises(InputError, match=message):
+        load(tmp_path, spec, files, write_test_outputs=True)
 
 
 @pytest.mark.parametrize("tasks, message", [
@@ -135,6 +158,10 @@ def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     ({"t": {**CSV, "type": "multilabel", "labels": ["a", " "]}}, r"tasks.t.labels must be a non-empty list of "
                                                                  r"non-empty strings"),
     ({"t": {**CSV, "type": "multilabel", "label_delimiter": ""}}, r"tasks.t.label_delimiter must not be empty"),
+    ({"t": {**CSV, "type": "regression", "scale": 0}}, r"tasks.t.scale must be a finite number other than 0, got 0"),
+    # Python's json reads NaN and Infinity: every target would be NaN (or 0, silently)
+    ({"t": {**CSV, "type": "regression", "scale": float("nan")}}, r"tasks.t.scale must be a finite number .*nan"),
+    ({"t": {**CSV, "type": "regression", "scale": float("inf")}}, r"tasks.t.scale must be a finite number .*inf"),
 ])
 def test_bad_task_specs_are_refused(tmp_path, tasks, message):
     with pytest.raises(InputError, match=message):
