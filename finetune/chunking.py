@@ -245,6 +245,10 @@ def featurize(sentences: Sequence[Sentence], tokenizer: Tokenizer, max_seq_lengt
         n_words = len(sentence.words)
         ids, tagged = [tokenizer.cls_id], []
         for word_pieces in pieces[cursor:cursor + n_words]:
+            # a word the tokenizer drops whole (only zero-width or control characters, such as U+200B)
+            # stands as one [UNK], keeping a position and a tag of its own; the original gave it no
+            # token, so its tag went to the next word's first piece (docs/fidelity.md#known-quirks)
+            word_pieces = word_pieces if len(word_pieces) else [tokenizer.unk_id]
             if n_words + 2 + len(ids) + 1 > max_seq_length or len(ids) + len(word_pieces) + 1 > max_seq_length:
                 break
             tagged.append(len(ids))

@@ -216,12 +216,14 @@ class TaggingTask(Task):
         return write_test_predictions(results_dir, self.name, [s.row_id for s in split.examples], rows)
 
     def token_offsets(self, config, tokenizer, examples, features) -> List[np.ndarray]:
-        """Each kept word's tokens, their characters in the sentence's text (clipped to the word's)."""
+        """Each kept word's tokens, their characters in the sentence's text (clipped to the word's;
+        the [UNK] of a word the tokenizer drops whole, `chunking.featurize`, spans the word)."""
         words = [chunking.uncased(w) if self.uncased_words else w for sentence in examples for w in sentence.words]
         pieces, cursor, rows = text_offsets(tokenizer, words), 0, []
         for sentence, kept in zip(examples, features.labeled_positions):
-            body = [np.minimum(pieces[cursor + w], end - start) + start
-                    for w, (start, end) in enumerate(sentence.offsets[:len(kept)])]
+            spans = [pieces[cursor + w] if len(pieces[cursor + w]) else np.array([[0, end - start]], np.int32)
+                     for w, (start, end) in enumerate(sentence.offsets[:len(kept)])]
+            body = [np.minimum(span, end - start) + start for span, (start, end) in zip(spans, sentence.offsets)]
             cursor += len(sentence.words)
             rows.append(np.concatenate([EDGE, *body, EDGE]))
         return rows

@@ -42,6 +42,9 @@ def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, uncased_word
         flat = tf.strings.regex_replace(tf_text.normalize_utf8(tf.strings.lower(flat, encoding="utf-8"), "NFD"),
                                         r"\p{Mn}", "")
     pieces = tokenizer.tokenize(flat)  # [NW, (P)]
+    dropped = tf.cast(pieces.row_lengths() == 0, tf.int64)  # [NW]: a word the tokenizer drops whole ...
+    unk = tf.fill([tf.reduce_sum(dropped)], tf.cast(tokenizer.unk_id, pieces.dtype))
+    pieces = tf.concat([pieces, tf.RaggedTensor.from_row_lengths(unk, dropped)], 1)  # ... is one [UNK], as in featurize
     counts = pieces.row_lengths()  # [NW]
     total = tf.math.cumsum(counts)  # [NW]: pieces up to and including each word, over the batch
     row_base = tf.gather(tf.concat([[0], total], 0), words.row_splits[:-1])  # [B]
@@ -65,7 +68,11 @@ def tagging_inputs(tokenizer: Tokenizer, text, max_seq_length: int, uncased_word
                                                 unit="UTF8_CHAR")  # a byte offset as characters
     spans = [words.with_flat_values(in_chars(offsets.flat_values)) for offsets in (starts, ends)]
     word_start, word_end = (tf.cast(span.flat_values, tf.int32) for span in spans)  # [NW]
-    for key, offsets in zip(("token_start", "token_end"), tokenize_with_offsets(tokenizer, flat)[1:]):  # [NW, (P)]
+    whole_word = (tf.zeros_like(word_start), word_end - word_start)  # a dropped word's [UNK] spans it
+    for key, offsets, unk_offset in zip(("token_start", "token_end"), tokenize_with_offsets(tokenizer, flat)[1:],
+                                        whole_word):  # [NW, (P)]
+        unk_offset = tf.cast(tf.boolean_mask(unk_offset, dropped > 0), offsets.dtype)
+        offsets = tf.concat([offsets, tf.RaggedTensor.from_row_lengths(unk_offset, dropped)], 1)
         word = offsets.value_rowids()  # [NP]
         length, shift = tf.gather(word_end - word_start, word), tf.gather(word_start, word)
         in_sentence = tf.minimum(offsets.flat_values, length) + shift

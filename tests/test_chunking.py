@@ -119,6 +119,18 @@ def test_featurize_labels_first_sub_tokens(conll, tokenizer):
                                                                                        test[:50])) > 0
 
 
+def test_a_word_the_tokenizer_drops_whole_keeps_a_position_and_tag_of_its_own(tokenizer):
+    """U+200B alone gives WordPiece no token: it stands as one [UNK], so neither it nor the next
+    word loses its tag (the original gave it no token, and its tag fell on the next word's piece)."""
+    sentence = chunking.Sentence(0, ("he", "\u200b", "said", "it"), ("B-NP", "O", "B-VP", "B-NP"))
+    mapping = chunking.label_mapping([sentence])
+    features = chunking.featurize([sentence], tokenizer, 32, mapping)
+    assert tokenizer.convert_ids_to_tokens(features.token_ids[0]) == ["[CLS]", "he", "[UNK]", "said", "it", "[SEP]"]
+    assert features.labeled_positions[0].tolist() == [1, 2, 3, 4]
+    names = {index: tag for tag, index in mapping.items()}
+    assert [names[i] for i in features.labels[0]] == ["S-NP", "O", "S-VP", "S-NP"]
+
+
 def test_a_tag_outside_the_mapping_names_the_file_and_line(conll, tokenizer):
     test = chunking.read_split(conll, "test")
     lines = (conll / "test.txt").read_text().split("\n")

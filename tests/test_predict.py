@@ -166,7 +166,8 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, exported, t
     assert len(row["words"]) == len(line.split())
     assert all(line[e["start"]:e["end"]] == e["text"] for e in row["entities"])  # spans in the line itself
     # U+001C-U+001F are whitespace to str.split, not to Unicode (nor to the SavedModel); U+00A0 and U+3000 are both
-    odd = "Rockwell\x1cInternational Corp.\u00a0said\u3000it signed a\x1ftentative agreement ."
+    # and U+200B alone is a word the tokenizer drops whole: one [UNK] with a tag of its own (chunking.featurize)
+    odd = "Rockwell\x1cInternational Corp.\u00a0said\u3000it signed \u200b a\x1ftentative agreement ."
     sentences = [" ".join(sentence.words) for sentence in split.examples[:12]] + [line, odd]
     (tmp_path / "lines.txt").write_text("\n".join(sentences) + "\n")
     rows = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "lines.txt"), "--input-format", "text",
@@ -180,8 +181,18 @@ def test_tagging_agrees_with_the_run_and_gives_entity_spans(trained, exported, t
     embedded = tf.saved_model.load(str(exported["phrases"])).signatures["embed"](text=tf.constant(plain))
     assert_embed_offsets(Tokenizer(root / "vocab.txt"), {1: plain},  # tagging inputs are segment 1
                          {key: value.numpy() for key, value in embedded.items()})
-    assert rows[-1]["words"] == ["Rockwell\x1cInternational", "Corp.", "said", "it", "signed", "a\x1ftentative",
-                                 "agreement", "."]
+    assert rows[-1]["words"] == ["Rockwell\x1cInternational", "Corp.", "said", "it", "signed", "\u200b",
+                                 "a\x1ftentative", "agreement", "."]
+    assert None not in rows[-1]["tags"]
+    odd_tokens = tf.saved_model.load(str(exported["phrases"])).signatures["embed"](text=tf.constant([odd]))
+    unk = odd.index("\u200b")
+    spans = list(zip(odd_tokens["token_start"].numpy()[0].tolist(), odd_tokens["token_end"].numpy()[0].tolist()))
+    assert (unk, unk + 1) in spans and spans[spans.index((unk, unk + 1)) + 1][0] == unk + 2  # then "a\x1ftentative"
+    (tmp_path / "odd.txt").write_text(odd + "\n")
+    [row] = predicted(["--model-dir", str(trial_dir), "--input", str(tmp_path / "odd.txt"), "--input-format", "text",
+                       "--embeddings", "--output", str(tmp_path / "odd.jsonl")])  # predict.py's offsets: the same
+    assert [(t["start"], t["end"]) for t in row["embedding"]["tokens"]] == [
+        (None, None) if span == (-1, -1) else span for span in spans[:len(row["embedding"]["tokens"])]]
     for i, row in enumerate(rows):  # the SavedModel splits, tags and finds the entities as predict does
         words = len(row["words"])
         assert int((served["word_start"][i] >= 0).sum()) == words
