@@ -96,6 +96,9 @@ def _index(columns: List[str], column: Column, path: Path, field: str, header: b
     if column not in columns:
         raise InputError(f"{path}:1: no column {column!r} for the {field}; the header's columns are "
                          f"{', '.join(repr(c) for c in columns)}")
+    if columns.count(column) > 1:
+        raise InputError(f"{path}:1: the header names {column!r} ({field}) {columns.count(column)} times: give "
+                         f"its index instead of its name")
     return columns.index(column)
 
 

@@ -117,6 +117,8 @@ def vocab(tmp_path, vocab_file):
     ({**CSV, "type": "multilabel", "label_delimiter": ","},
      {"train.csv": 'text,label\nfine,a\nbad,"[\'a\', \'b\']"\n', "dev.csv": GOOD_CSV},
      r"t/train.csv:3: labels \"\['a', 'b'\]\" are written as a list but not as JSON"),
+    ({**CSV, "text": "text"}, {"train.csv": "text,text,label\nfine,film,pos\n", "dev.csv": GOOD_CSV},
+     r"t/train.csv:1: the header names 'text' \(text\) 2 times: give its index"),
     # past a float's range, or past Python's 4,300-digit limit for a JSON integer
     ({**CSV, "type": "regression", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
      {"train.jsonl": '{"text": "a", "label": 1}\n{"text": "b", "label": 1%s}\n' % ("0" * 400)},
