@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Optional, Tuple
@@ -90,14 +91,11 @@ def build(path: Path) -> None:
     """Compiles the kernels into `path` unless another process has meanwhile. One build at a time
     per path (a lock file beside it, released by the OS if its holder dies): the processes a run or
     a test suite starts together on a new machine would otherwise each spend the 40 s of CPU. The
-    compiler writes a temporary name first, so a killed build leaves nothing that looks built."""
+    compiler writes a temporary name first, so a killed build leaves nothing that looks built, and
+    builds that overlap are safe: where the lock cannot be had (a file system without flock, a
+    holder stuck for BUILD_WAIT_SECONDS), this process builds without it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"electra_tf: waiting for another process's build of {path}", file=sys.stderr, flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with _build_lock(path.with_suffix(".lock"), path):
         if path.exists():
             return
         print(f"electra_tf: compiling the fused CPU kernels into {path} (once; about 40 s)", file=sys.stderr,
@@ -108,6 +106,39 @@ def build(path: Path) -> None:
             if done.returncode != 0:
                 raise RuntimeError(f"compiling {', '.join(map(str, SOURCES))} failed:\n{done.stderr[-3000:]}")
             os.replace(staged, path)
+
+
+BUILD_WAIT_SECONDS = 300  # several builds' time on a loaded machine
+
+
+@contextlib.contextmanager
+def _build_lock(lock_path: Path, library_file: Path):
+    """Holds `lock_path` exclusively while the block runs, if it can. Opened read-only, so that a
+    lock file another user made (in a shared build dir) locks as well."""
+    try:
+        descriptor = os.open(lock_path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError:
+        yield  # no lock file here: build as if alone
+        return
+    try:
+        deadline, waiting = time.monotonic() + BUILD_WAIT_SECONDS, False
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waiting:
+                    print(f"electra_tf: waiting for another process's build of {library_file}", file=sys.stderr,
+                          flush=True)
+                    waiting = True
+                if time.monotonic() > deadline:
+                    break  # its holder is stuck: build without the lock
+                time.sleep(0.5)
+            except OSError:  # the file system has no flock (NFS without lockd, some FUSE mounts)
+                break
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock, if held
 
 
 def library():
