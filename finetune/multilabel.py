@@ -8,6 +8,7 @@ label is predicted when its probability is at least `threshold` (0.5 unless give
 micro-F1 (the main one), macro-F1 and, per label, precision, recall and F1 (`<label>/f1`, ...).
 """
 
+import ast
 import dataclasses
 import json
 from pathlib import Path
@@ -48,6 +49,14 @@ class MultilabelHead(ClsHead):
         return tf.sigmoid(logits)  # [B, K]
 
 
+def _python_list(text: str) -> bool:
+    """Whether `text` is a list literal in Python's syntax: ['a', 'b']."""
+    try:
+        return isinstance(ast.literal_eval(text.strip()), list)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
 class MultilabelTask(NamedLabels, SentenceTask):
     type_name = "multilabel"
 
@@ -66,15 +75,15 @@ class MultilabelTask(NamedLabels, SentenceTask):
 
     def cell_labels(self, cell, path: Path, line: int) -> Tuple[str, ...]:
         """The labels of a cell: a list, a JSON list in a string, or the cell split on the delimiter.
-        A cell written as a list but not in JSON (Python's repr, as pandas writes one) is an error:
-        split on the delimiter it would give labels such as "['billing'"."""
+        A cell written as a Python list (as pandas writes one) is an error: split on the delimiter it
+        would give labels such as "['billing'" (a label such as "[urgent]" is split as before)."""
         value = cell
         if isinstance(value, str) and value.strip().startswith("["):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
-                if value.strip().endswith("]"):
-                    raise InputError(f"{path}:{line}: labels {cell!r} are written as a list but not as JSON "
+            except ValueError:  # not JSON (or an integer past Python's digit limit)
+                if _python_list(value):
+                    raise InputError(f"{path}:{line}: labels {cell!r} are written as a Python list, not as JSON "
                                      f"(write [\"a\", \"b\"], with double quotes)") from None
         if isinstance(value, str) and self.label_delimiter is not None:
             value = [part for part in value.split(self.label_delimiter) if part.strip()]

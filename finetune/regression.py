@@ -37,8 +37,11 @@ class RegressionTask(SentenceTask):
     def label_value(self, cell, path: Path, line: int) -> float:
         try:
             value = float(cell)
-        except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer past float's range
+        except (TypeError, ValueError):
             value = float("nan")
+        except OverflowError:  # a JSON integer past a float's range
+            raise InputError(f"{path}:{line}: target {str(cell)[:20]}... ({len(str(cell))} digits) is past "
+                             f"a float's range") from None
         if isinstance(cell, bool) or not np.isfinite(value):
             raise InputError(f"{path}:{line}: target {cell!r} is not a number")
         return value / self.scale

@@ -138,8 +138,9 @@ def _jsonl_rows(path: Path, lines, columns: Dict[str, Column], optional,
             record = json.loads(raw)
         except json.JSONDecodeError as error:
             raise InputError(f"{path}:{line}: not a JSON object ({error.msg})") from None
-        except ValueError as error:  # an integer past Python's digit limit
-            raise InputError(f"{path}:{line}: not a JSON object ({error})") from None
+        except ValueError:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
+            raise InputError(f"{path}:{line}: not a JSON object (a number of over "
+                             f"{sys.get_int_max_str_digits():,} digits)") from None
         if not isinstance(record, dict):
             raise InputError(f"{path}:{line}: not a JSON object")
         cells = {}

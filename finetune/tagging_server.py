@@ -2,7 +2,8 @@
 
 `serving_default(text: tf.string [B])` splits each sentence on whitespace (Unicode's) and featurizes its words
 as `finetune.chunking.featurize` does (lower-cased when the task is; the first sub-token of each
-word tagged; the original's cut of long sentences; segment ids 1), then returns
+word tagged, one [UNK] spanning a word the tokenizer drops whole; the original's cut of long
+sentences; segment ids 1), then returns
     tags          tf.string [B, W]  each word's BIOES tag, "" for a word past max_seq_length
                                     (W: the batch's most words; "" on padding)
     word_start    int32 [B, W]      each word's character span in its sentence (-1 on padding)

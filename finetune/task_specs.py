@@ -43,6 +43,14 @@ def _kind(expected) -> str:
                         list: "a list"}[k] for k in kinds)
 
 
+def _finite(number) -> bool:
+    """math.isfinite, false too for an integer past a float's range (JSON has no bound)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def check_spec(name: str, spec) -> None:
     """Raises InputError naming the task and field of the first fault of a user task's spec."""
     where = f"tasks.{name}"
@@ -82,7 +90,7 @@ def check_spec(name: str, spec) -> None:
         raise InputError(f"{where}.labels names {repeated!r} twice")
     if not 0 < spec.get("threshold", 0.5) < 1:
         raise InputError(f"{where}.threshold must lie between 0 and 1 (a probability), got {spec['threshold']!r}")
-    if "scale" in spec and not (math.isfinite(spec["scale"]) and spec["scale"] != 0):  # its kind is checked above
+    if "scale" in spec and not (_finite(spec["scale"]) and spec["scale"] != 0):  # its kind is checked above
         raise InputError(f"{where}.scale must be a finite number other than 0, got {spec['scale']!r}")
 
 

@@ -116,16 +116,20 @@ def vocab(tmp_path, vocab_file):
     # a list as Python (and pandas) write it is not split on the delimiter into labels "['a'" and " 'b']"
     ({**CSV, "type": "multilabel", "label_delimiter": ","},
      {"train.csv": 'text,label\nfine,a\nbad,"[\'a\', \'b\']"\n', "dev.csv": GOOD_CSV},
-     r"t/train.csv:3: labels \"\['a', 'b'\]\" are written as a list but not as JSON"),
+     r"t/train.csv:3: labels \"\['a', 'b'\]\" are written as a Python list, not as JSON"),
     ({**CSV, "text": "text"}, {"train.csv": "text,text,label\nfine,film,pos\n", "dev.csv": GOOD_CSV},
      r"t/train.csv:1: the header names 'text' \(text\) 2 times: give its index"),
+    # a label in brackets is no list: split on the delimiter as before (here into one unknown label)
+    ({**CSV, "type": "multilabel", "label_delimiter": ",", "labels": ["[urgent]", "spam"]},
+     {"train.csv": 'text,label\nfine,[urgent]\nbad,"[urgent],spam"\nugly,[late]\n', "dev.csv": GOOD_CSV},
+     r"t/train.csv:4: label '\[late\]' is not one of the task's labels"),
     # past a float's range, or past Python's 4,300-digit limit for a JSON integer
     ({**CSV, "type": "regression", "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
      {"train.jsonl": '{"text": "a", "label": 1}\n{"text": "b", "label": 1%s}\n' % ("0" * 400)},
-     r"t/train.jsonl:2: target 10+ is not a number"),
+     r"t/train.jsonl:2: target 10{19}\.\.\. \(401 digits\) is past a float's range"),
     ({**CSV, "format": "jsonl", "train": "t/train.jsonl", "dev": "t/train.jsonl"},
      {"train.jsonl": '{"text": "a", "label": "x"}\n{"text": "b", "label": 1%s}\n' % ("0" * 5000)},
-     r"t/train.jsonl:2: not a JSON object \(Exceeds the limit"),
+     r"t/train.jsonl:2: not a JSON object \(a number of over 4,300 digits\)"),
 ])
 def test_bad_input_names_the_file_and_line(tmp_path, spec, files, message):
     with pytest.raises(InputError, match=message):
@@ -164,6 +168,7 @@ def test_a_tagging_test_file_without_a_sentence_is_refused_before_training(tmp_p
     # Python's json reads NaN and Infinity: every target would be NaN (or 0, silently)
     ({"t": {**CSV, "type": "regression", "scale": float("nan")}}, r"tasks.t.scale must be a finite number .*nan"),
     ({"t": {**CSV, "type": "regression", "scale": float("inf")}}, r"tasks.t.scale must be a finite number .*inf"),
+    ({"t": {**CSV, "type": "regression", "scale": 10 ** 400}}, r"tasks.t.scale must be a finite number"),
 ])
 def test_bad_task_specs_are_refused(tmp_path, tasks, message):
     with pytest.raises(InputError, match=message):
