@@ -91,7 +91,7 @@ def check_spec(name: str, spec) -> None:
     if not 0 < spec.get("threshold", 0.5) < 1:
         raise InputError(f"{where}.threshold must lie between 0 and 1 (a probability), got {spec['threshold']!r}")
     if "scale" in spec and not (_finite(spec["scale"]) and spec["scale"] != 0):  # its kind is checked above
-        raise InputError(f"{where}.scale must be a finite number other than 0, got {spec['scale']!r}")
+        raise InputError(f"{where}.scale must be a finite number other than 0, got {spec['scale']!r:.40}")
 
 
 def build_task(name: str, spec: dict, root: Optional[str], card: Optional[dict] = None) -> Task:
