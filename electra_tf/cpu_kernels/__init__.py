@@ -118,7 +118,9 @@ def _build_lock(lock_path: Path, library_file: Path):
     try:
         descriptor = os.open(lock_path, os.O_RDONLY | os.O_CREAT, 0o666)
     except OSError:
-        yield  # no lock file here: build as if alone
+        descriptor = None
+    if descriptor is None:  # no lock file here: build as if alone
+        yield
         return
     try:
         deadline, waiting = time.monotonic() + BUILD_WAIT_SECONDS, False
